@@ -1,0 +1,21 @@
+"""keras_vit: the Vision Transformer as Keras 3 layers and builders."""
+
+from keras_vit._version import __version__
+from keras_vit._clash import warn_if_shadowed
+from keras_vit import layers
+from keras_vit.model import (
+    ViT,
+    ViT_B8,
+    ViT_B16,
+    ViT_B32,
+    ViT_H14,
+    ViT_L16,
+    ViT_L32,
+    ViT_S16,
+    ViT_S32,
+    ViT_Ti16,
+)
+from keras_vit.preprocessing import preprocess_input
+from keras_vit.variants import decode_variant
+
+warn_if_shadowed()

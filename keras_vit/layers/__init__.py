@@ -1,0 +1,10 @@
+"""The layers of the Vision Transformer, one concept per module."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.distillation_token import DistillationToken
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.encoder_block import EncoderBlock, Mlp
+from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.pooling import SequencePooling
+from keras_vit.layers.position_embedding import PositionEmbedding

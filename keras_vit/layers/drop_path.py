@@ -1,0 +1,49 @@
+"""Stochastic depth (Huang et al., 2016), as DeiT and AugReg train ViTs.
+
+During training each example skips the residual branch with probability
+`rate`; kept branches are scaled by 1 / (1 - rate) so the expectation is
+unchanged. At inference the layer is the identity.
+"""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DropPath(keras.layers.Layer):
+    """Drops a whole residual branch per example.
+
+    Args:
+        rate: float in [0, 1). Probability of dropping. Defaults to 0.
+        seed: int or None. Seed of the random draws.
+
+    Call arguments:
+        inputs: `(batch, ...)` output of a residual branch.
+        training: bool. Only drops while training.
+
+    Example:
+    >>> DropPath(0.5)(np.ones((4, 3)), training=False).shape
+    (4, 3)
+    """
+
+    def __init__(self, rate=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) < 1.0:
+            raise ValueError(f"`rate` must be in [0, 1); received rate={rate}")
+        self.rate = float(rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed) if self.rate else None
+
+    def call(self, inputs, training=None):
+        if not training or not self.rate:
+            return inputs
+        keep = 1.0 - self.rate
+        shape = (ops.shape(inputs)[0],) + (1,) * (len(inputs.shape) - 1)
+        mask = ops.floor(keep + keras.random.uniform(shape, seed=self.seed_generator))
+        return inputs * ops.cast(mask / keep, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "rate": self.rate, "seed": self.seed}

@@ -1,0 +1,165 @@
+"""The Transformer encoder block and its MLP (Section 3.1, Eq. 2-3).
+
+Pre-norm, as `Encoder1DBlock` of google-research/vision_transformer:
+    x = x + DropPath(Dropout(Attention(LayerNorm(x))))
+    x = x + DropPath(Mlp(LayerNorm(x)))
+LayerNorm epsilon is 1e-6 (Keras defaults to 1e-3) and GELU uses its tanh
+approximation (the Flax default): the official checkpoints were trained with
+both, and the exact-erf GELU moves logits by ~5e-4.
+"""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.drop_path import DropPath
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Mlp(keras.layers.Layer):
+    """Dense, GELU (tanh approximation), dropout, dense, dropout.
+
+    Args:
+        mlp_dim: int. Hidden width (4x the model width in every variant).
+        dropout_rate: float. Dropout after each dense layer. Defaults to 0.
+
+    Example:
+    >>> Mlp(mlp_dim=32)(np.zeros((2, 5, 8))).shape
+    (2, 5, 8)
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.dense_1 = self._dense(self.mlp_dim, "dense_1")
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
+
+    def _dense(self, units, name):
+        # Xavier-uniform kernels, biases ~N(0, 1e-6): the official MlpBlock.
+        return keras.layers.Dense(
+            units,
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, input_shape):
+        self.dense_1.build(input_shape)
+        # The output width is the input's, only known here.
+        self.dense_2 = self._dense(input_shape[-1], "dense_2")
+        self.dense_2.build((*input_shape[:-1], self.mlp_dim))
+
+    def call(self, inputs, training=None):
+        hidden = ops.gelu(self.dense_1(inputs), approximate=True)
+        hidden = self.dropout(hidden, training=training)
+        return self.dropout(self.dense_2(hidden), training=training)
+
+    def get_config(self):
+        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EncoderBlock(keras.layers.Layer):
+    """One pre-norm Transformer encoder block.
+
+    Args:
+        num_heads: int. Attention heads.
+        mlp_dim: int. Hidden width of the MLP.
+        dropout_rate: float. Dropout after attention and in the MLP.
+            Defaults to 0.
+        attention_dropout_rate: float. Dropout on attention weights.
+            Defaults to 0.
+        drop_path_rate: float. Stochastic depth of both residual branches.
+            Defaults to 0.
+        layer_norm_epsilon: float. Defaults to 1e-6 (the official value).
+        relative_position, grid_size, num_prefix_tokens, interpolation:
+            passed to `MultiHeadSelfAttention`.
+
+    Call arguments:
+        inputs: `(batch, tokens, width)`.
+        training: bool.
+        return_attention_scores: bool. Also return the attention weights.
+
+    Returns:
+        `(batch, tokens, width)`, and the attention weights if asked for.
+
+    Example:
+    >>> EncoderBlock(num_heads=2, mlp_dim=32)(np.zeros((2, 5, 8))).shape
+    (2, 5, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        relative_position=None,
+        grid_size=None,
+        num_prefix_tokens=0,
+        interpolation="bilinear",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.drop_path_rate = float(drop_path_rate)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.relative_position = relative_position
+        self.grid_size = grid_size
+        self.num_prefix_tokens = num_prefix_tokens
+        self.interpolation = interpolation
+        policy = self.dtype_policy
+        self.norm_1 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm_1"
+        )
+        self.attention = MultiHeadSelfAttention(
+            num_heads,
+            attention_dropout_rate=attention_dropout_rate,
+            relative_position=relative_position,
+            grid_size=grid_size,
+            num_prefix_tokens=num_prefix_tokens,
+            interpolation=interpolation,
+            dtype=policy,
+            name="attention",
+        )
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy, name="dropout")
+        self.norm_2 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm_2"
+        )
+        self.mlp = Mlp(mlp_dim, dropout_rate=dropout_rate, dtype=policy, name="mlp")
+        self.drop_path = DropPath(self.drop_path_rate, dtype=policy, name="drop_path")
+
+    def build(self, input_shape):
+        for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
+            layer.build(input_shape)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        attended, scores = self.attention(
+            self.norm_1(inputs), training=training, return_attention_scores=True
+        )
+        attended = self.dropout(attended, training=training)
+        x = inputs + self.drop_path(attended, training=training)
+        x = x + self.drop_path(self.mlp(self.norm_2(x), training=training), training=training)
+        return (x, scores) if return_attention_scores else x
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "drop_path_rate": self.drop_path_rate,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "relative_position": self.relative_position,
+            "grid_size": self.grid_size,
+            "num_prefix_tokens": self.num_prefix_tokens,
+            "interpolation": self.interpolation,
+        }

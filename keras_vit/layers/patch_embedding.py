@@ -1,0 +1,105 @@
+"""Patch embedding: the image (or a CNN feature map) cut into patches.
+
+Section 3.1 of Dosovitskiy et al. (2021): each p x p patch is flattened and
+linearly projected to the model width. A convolution with kernel = stride =
+p computes exactly that, and unlike `extract_patches` its gradient compiles
+under XLA on every device. The kernel is HWIO, as `embedding/kernel` in the
+official checkpoints. With `patch_size=1` the layer projects each position of
+a CNN feature map (the hybrid models of Section 3.1).
+"""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.utils import to_pair
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchEmbedding(keras.layers.Layer):
+    """Projects non-overlapping patches to `hidden_size` features.
+
+    Args:
+        patch_size: int or (int, int). Patch height and width. Defaults to 16.
+        hidden_size: int. Width of each patch embedding. Defaults to 768.
+        kernel_initializer: initializer for the `(p, p, channels, hidden)`
+            kernel. Defaults to `"lecun_normal"` (Flax's default).
+        bias_initializer: initializer for the bias. Defaults to `"zeros"`.
+
+    Call arguments:
+        inputs: `(batch, height, width, channels)` images or feature maps, of
+            any real or integer dtype (integers are cast, not rescaled).
+
+    Returns:
+        `(batch, height // p, width // p, hidden_size)` patch embeddings.
+
+    Example:
+    >>> layer = PatchEmbedding(patch_size=8, hidden_size=16)
+    >>> layer(np.zeros((2, 32, 48, 3))).shape
+    (2, 4, 6, 16)
+    """
+
+    def __init__(
+        self,
+        patch_size=16,
+        hidden_size=768,
+        kernel_initializer="lecun_normal",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.patch_size = to_pair(patch_size, "patch_size")
+        if hidden_size is None or int(hidden_size) < 1:
+            raise ValueError(
+                f"`hidden_size` must be a positive integer; received hidden_size={hidden_size}"
+            )
+        self.hidden_size = int(hidden_size)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                "PatchEmbedding expects images of rank 4 (batch, height, width, "
+                f"channels); received input_shape={tuple(input_shape)}"
+            )
+        for size, patch, axis in zip(input_shape[1:3], self.patch_size, ("height", "width")):
+            if size is not None and size % patch:
+                raise ValueError(
+                    f"The image {axis} must be divisible by `patch_size`={self.patch_size}; "
+                    f"received input_shape={tuple(input_shape)}"
+                )
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(
+                "The number of input channels must be known; "
+                f"received input_shape={tuple(input_shape)}"
+            )
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(*self.patch_size, channels, self.hidden_size),
+            initializer=self.kernel_initializer,
+        )
+        self.bias = self.add_weight(
+            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
+        )
+
+    def call(self, inputs):
+        inputs = ops.cast(inputs, self.compute_dtype)
+        patches = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
+        return patches + self.bias
+
+    def compute_output_shape(self, input_shape):
+        grid = [
+            None if size is None else size // patch
+            for size, patch in zip(input_shape[1:3], self.patch_size)
+        ]
+        return (input_shape[0], *grid, self.hidden_size)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "patch_size": self.patch_size,
+            "hidden_size": self.hidden_size,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+        }

@@ -1,0 +1,55 @@
+"""Pooling of the encoded token sequence into one vector per image.
+
+`"token"` takes the class token (Section 3.1); `"gap"` averages the patch
+tokens (the paper's global-average-pooling alternative, Appendix D.3; the
+official code averages after the final LayerNorm); `"max"` is offered for
+feature extraction as `keras.applications` does.
+"""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.utils import check_choice
+
+MODES = ("token", "gap", "max")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SequencePooling(keras.layers.Layer):
+    """Reduces `(batch, tokens, width)` to `(batch, width)`.
+
+    Args:
+        mode: str. `"token"` (the first token), `"gap"` (mean of the patch
+            tokens) or `"max"` (max over the patch tokens). Defaults to
+            `"token"`.
+        num_prefix_tokens: int. Tokens before the patches, left out of
+            `"gap"` and `"max"`. Defaults to 1.
+
+    Example:
+    >>> SequencePooling("gap", num_prefix_tokens=0)(np.ones((2, 5, 8))).shape
+    (2, 8)
+    """
+
+    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        self.mode = check_choice(mode, MODES, "mode")
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        if self.mode == "token" and not self.num_prefix_tokens:
+            raise ValueError(
+                "mode='token' pools the class token and needs num_prefix_tokens >= 1; "
+                "received num_prefix_tokens=0"
+            )
+
+    def call(self, inputs):
+        if self.mode == "token":
+            return inputs[:, 0]
+        patches = inputs[:, self.num_prefix_tokens :]
+        if self.mode == "gap":
+            return ops.mean(patches, axis=1)
+        return ops.max(patches, axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        return {**super().get_config(), "mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens}

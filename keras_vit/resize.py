@@ -1,0 +1,90 @@
+"""Resampling of 2-D (and 1-D) grids of embeddings as a linear map.
+
+Position tables are resized one axis at a time by an interpolation matrix
+(`out_size x in_size`), so the same code serves load-time resizing of a
+checkpoint and in-graph resizing for `dynamic_image_size` models: the matrix
+is built from `keras.ops`, works when `out_size` is only known at run time
+(XLA sees it as a compile-time constant) and is exact where sizes agree.
+
+Methods:
+- "bilinear": linear interpolation with corners aligned, what
+  `scipy.ndimage.zoom(order=1)` computes and what the official
+  google-research/vision_transformer code uses to resize `pos_embedding`.
+- "bicubic": PyTorch's `F.interpolate(mode="bicubic", align_corners=False,
+  antialias=False)` (cubic convolution, a=-0.75), timm's choice, offered for
+  users who want to match timm.
+"""
+
+from keras import ops
+
+INTERPOLATIONS = ("bilinear", "bicubic")
+
+
+def interpolation_matrix(in_size, out_size, method="bilinear", dtype="float32"):
+    """Returns the `(out_size, in_size)` matrix that resamples one axis.
+
+    Args:
+        in_size: int. Static length of the axis being resampled.
+        out_size: int or scalar tensor. Length after resampling.
+        method: str. `"bilinear"` (corner-aligned) or `"bicubic"`.
+        dtype: str. Dtype of the matrix; use float64 for load-time resizing.
+
+    Returns:
+        A `(out_size, in_size)` tensor `M` with `resized = M @ values`.
+    """
+    if method not in INTERPOLATIONS:
+        raise ValueError(
+            f"`method` must be one of {INTERPOLATIONS}; received method={method!r}"
+        )
+    in_size = int(in_size)
+    out = ops.cast(out_size, dtype)
+    positions = ops.arange(out_size, dtype=dtype)
+    if method == "bilinear":
+        # Output sample o sits at o * (in - 1) / (out - 1): first and last
+        # samples land exactly on the first and last inputs (aligned corners).
+        scale = (in_size - 1) / ops.maximum(out - 1, 1)
+        source = positions * scale
+        low = ops.clip(ops.floor(source), 0, in_size - 1)
+        frac = source - low
+        low = ops.cast(low, "int32")
+        high = ops.minimum(low + 1, in_size - 1)
+        return (1 - frac)[:, None] * ops.one_hot(low, in_size, dtype=dtype) + frac[
+            :, None
+        ] * ops.one_hot(high, in_size, dtype=dtype)
+    # Bicubic, half-pixel centres as PyTorch: o -> (o + 0.5) * in / out - 0.5.
+    source = (positions + 0.5) * (in_size / out) - 0.5
+    base = ops.floor(source)
+    t = source - base
+    a = -0.75
+    near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # |x| <= 1
+    far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # 1 < |x| < 2
+    taps = (far(t + 1), near(t), near(1 - t), far(2 - t))
+    base = ops.cast(base, "int32")
+    matrix = 0
+    for offset, weight in zip((-1, 0, 1, 2), taps):
+        index = ops.clip(base + offset, 0, in_size - 1)
+        matrix = matrix + weight[:, None] * ops.one_hot(index, in_size, dtype=dtype)
+    return matrix
+
+
+def resize_grid(grid, new_shape, method="bilinear"):
+    """Resizes a `(rows, cols, ...)` grid to `(new_rows, new_cols, ...)`.
+
+    Args:
+        grid: tensor of shape `(rows, cols, ...)` with static `rows`, `cols`.
+        new_shape: pair of ints or scalar tensors, the new `(rows, cols)`.
+        method: str. `"bilinear"` (official, corner-aligned) or `"bicubic"`.
+
+    Returns:
+        The resized grid, in the dtype of `grid`.
+    """
+    rows, cols = grid.shape[0], grid.shape[1]
+    row_matrix = interpolation_matrix(rows, new_shape[0], method, grid.dtype)
+    col_matrix = interpolation_matrix(cols, new_shape[1], method, grid.dtype)
+    return ops.einsum("ri,ij...,cj->rc...", row_matrix, grid, col_matrix)
+
+
+def resize_sequence(table, new_length, method="bilinear"):
+    """Resizes a `(length, ...)` table along its first axis."""
+    matrix = interpolation_matrix(table.shape[0], new_length, method, table.dtype)
+    return ops.einsum("oi,i...->o...", matrix, table)
