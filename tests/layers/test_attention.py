@@ -1,0 +1,123 @@
+import numpy as np
+import pytest
+
+from keras_vit.layers import MultiHeadSelfAttention
+from keras_vit.layers.attention import relative_2d_index
+from tests import reference
+from tests.layer_checks import check_layer, randomize_weights
+
+X = np.random.default_rng(1).normal(size=(2, 5, 8)).astype("float32")
+
+
+def _weights(layer):
+    return {v.name: np.asarray(v.numpy(), np.float64) for v in layer.weights}
+
+
+@pytest.mark.parametrize("relative", [None, "relative", "relative_2d"])
+def test_standard_checks(tmp_path, relative):
+    layer = MultiHeadSelfAttention(2, relative_position=relative, grid_size=(2, 2), num_prefix_tokens=1)
+    assert check_layer(layer, tmp_path, X).shape == X.shape
+
+
+def test_official_kernel_layout():
+    layer = MultiHeadSelfAttention(num_heads=2)
+    layer.build((None, 5, 8))
+    shapes = {v.name: tuple(v.shape) for v in layer.weights}
+    assert shapes == {
+        "query_kernel": (8, 2, 4), "query_bias": (2, 4),
+        "key_kernel": (8, 2, 4), "key_bias": (2, 4),
+        "value_kernel": (8, 2, 4), "value_bias": (2, 4),
+        "output_kernel": (2, 4, 8), "output_bias": (8,),
+    }
+
+
+def test_matches_reference_attention_and_returns_weights():
+    layer = MultiHeadSelfAttention(num_heads=2)
+    layer.build(X.shape)
+    randomize_weights(layer)
+    out, weights = layer(X, return_attention_scores=True)
+    expected, expected_weights = reference.attention(X.astype(np.float64), _weights(layer))
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(weights), expected_weights, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, atol=1e-6)
+
+
+def test_swapping_query_and_key_changes_the_output():
+    # Guards the reference check above: q/k are not interchangeable here.
+    layer = MultiHeadSelfAttention(num_heads=2)
+    layer.build(X.shape)
+    randomize_weights(layer)
+    swapped = _weights(layer)
+    swapped["query_kernel"], swapped["key_kernel"] = swapped["key_kernel"], swapped["query_kernel"]
+    out = np.asarray(layer(X))
+    assert np.abs(out - reference.attention(X.astype(np.float64), swapped)[0]).max() > 1e-2
+
+
+def test_relative_1d_adds_query_dot_offset_embedding():
+    # Paper, Appendix D.4: logit(i, j) += q_i . E[p_i - p_j] for every head.
+    layer = MultiHeadSelfAttention(2, relative_position="relative", grid_size=(2, 2), num_prefix_tokens=1)
+    layer.build(X.shape)
+    randomize_weights(layer)
+    table = _weights(layer)["relative_embedding"]  # (2 * 5 - 1, heads, head_dim)
+    assert table.shape == (9, 2, 4)
+
+    def relative_logits(q):
+        length = q.shape[1]
+        out = np.zeros((q.shape[0], q.shape[2], length, length))
+        for i in range(length):
+            for j in range(length):
+                out[:, :, i, j] = np.einsum("bhk,hk->bh", q[:, i], table[i - j + length - 1])
+        return out
+
+    expected, _ = reference.attention(X.astype(np.float64), _weights(layer), relative_logits)
+    np.testing.assert_allclose(np.asarray(layer(X)), expected, atol=1e-5)
+
+
+def test_relative_2d_index_by_hand():
+    # Grid 2x2 (patches a b / c d) after one prefix token; table 3x3 + 3 extras.
+    index = relative_2d_index((2, 2), 1)
+    center = 1 * 3 + 1  # offset (0, 0)
+    assert index[1, 1] == index[4, 4] == center
+    assert index[1, 2] == 1 * 3 + 0  # a vs b: (0, -1)
+    assert index[4, 1] == 2 * 3 + 2  # d vs a: (+1, +1)
+    assert index[0, 3] == 9 and index[3, 0] == 10 and index[0, 0] == 11
+
+
+def test_relative_2d_matches_reference():
+    layer = MultiHeadSelfAttention(2, relative_position="relative_2d", grid_size=(2, 2), num_prefix_tokens=1)
+    layer.build(X.shape)
+    randomize_weights(layer)
+    w = _weights(layer)
+    flat = np.concatenate([w["relative_embedding"].reshape(9, 2, 4), w["prefix_relative_embedding"]])
+    index = relative_2d_index((2, 2), 1)
+    rel = lambda q: np.einsum("bqhk,qthk->bhqt", q, flat[index])
+    expected, _ = reference.attention(X.astype(np.float64), w, rel)
+    np.testing.assert_allclose(np.asarray(layer(X)), expected, atol=1e-5)
+
+
+def test_relative_2d_refuses_another_sequence_length():
+    layer = MultiHeadSelfAttention(2, relative_position="relative_2d", grid_size=(2, 2), num_prefix_tokens=1)
+    with pytest.raises(ValueError, match="received 7 tokens"):
+        layer(np.zeros((1, 7, 8), "float32"))
+
+
+def test_relative_tables_resize():
+    layer = MultiHeadSelfAttention(2, relative_position="relative_2d", grid_size=(2, 2), num_prefix_tokens=1)
+    layer.build(X.shape)
+    randomize_weights(layer)
+    resized = layer.resized_weights((3, 4))
+    assert resized["relative_embedding"].shape == (5, 7, 2, 4)
+    # Corner-aligned: the table's corners and centre offset (0, 0) are kept.
+    table = layer.relative_embedding.numpy()
+    np.testing.assert_allclose(resized["relative_embedding"][[0, -1]][:, [0, -1]], table[[0, -1]][:, [0, -1]], atol=1e-6)
+    np.testing.assert_allclose(resized["relative_embedding"][2, 3], table[1, 1], atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_heads=3), "divisible by `num_heads`=3"),
+    (dict(num_heads=2, relative_position="2d"), "received relative_position='2d'"),
+    (dict(num_heads=2, relative_position="relative"), "needs `grid_size`"),
+])
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadSelfAttention(**kwargs)(X)

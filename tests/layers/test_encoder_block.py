@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from keras_vit.layers import EncoderBlock, Mlp
+from tests import reference
+from tests.layer_checks import check_layer, randomize_weights
+
+X = np.random.default_rng(2).normal(size=(2, 5, 8)).astype("float32")
+
+
+def test_standard_checks(tmp_path):
+    assert check_layer(EncoderBlock(2, 16, dropout_rate=0.1, drop_path_rate=0.1), tmp_path, X).shape == X.shape
+    assert check_layer(Mlp(16), tmp_path, X).shape == X.shape
+
+
+def test_matches_reference_pre_norm_block():
+    block = EncoderBlock(num_heads=2, mlp_dim=16)
+    block.build(X.shape)
+    randomize_weights(block)
+    weights = reference.block_weights(block)
+    expected = reference.encoder_block(X.astype(np.float64), weights)
+    np.testing.assert_allclose(np.asarray(block(X)), expected, atol=1e-5)
+
+
+def test_official_numerics_epsilon_and_tanh_gelu():
+    block = EncoderBlock(num_heads=2, mlp_dim=16)
+    block.build(X.shape)
+    assert block.norm_1.epsilon == block.norm_2.epsilon == 1e-6
+    mlp = Mlp(16)
+    mlp.build(X.shape)
+    randomize_weights(mlp, scale=1.0)
+    w = {f"{v.path.split('/')[-2]}/{v.name}": v.numpy() for v in mlp.weights}
+    hidden = X @ w["dense_1/kernel"] + w["dense_1/bias"]
+    tanh_out = reference.gelu_tanh(hidden) @ w["dense_2/kernel"] + w["dense_2/bias"]
+    np.testing.assert_allclose(np.asarray(mlp(X)), tanh_out, atol=1e-4)
+    from scipy.special import erf
+    erf_out = (0.5 * hidden * (1 + erf(hidden / np.sqrt(2)))) @ w["dense_2/kernel"] + w["dense_2/bias"]
+    assert np.abs(np.asarray(mlp(X)) - erf_out).max() > 1e-3  # exact GELU would differ
+
+
+def test_returns_attention_weights():
+    out, weights = EncoderBlock(num_heads=2, mlp_dim=16)(X, return_attention_scores=True)
+    assert out.shape == X.shape and weights.shape == (2, 2, 5, 5)
+
+
+def test_dropout_and_drop_path_only_in_training():
+    block = EncoderBlock(2, 16, dropout_rate=0.5, drop_path_rate=0.5)
+    np.testing.assert_array_equal(np.asarray(block(X)), np.asarray(block(X)))
+    assert not np.allclose(np.asarray(block(X, training=True)), np.asarray(block(X)))
+
+
+def test_bad_width():
+    with pytest.raises(ValueError, match="received width=8"):
+        EncoderBlock(num_heads=3, mlp_dim=16)(X)

@@ -1,0 +1,57 @@
+"""Plain numpy forward passes with the official ViT numerics.
+
+Written from the paper and google-research/vision_transformer
+(`models_vit.py`): LayerNorm eps 1e-6, tanh GELU, query scaled by
+1/sqrt(head_dim), pre-norm residual blocks. Used to check the layers value by
+value; the golden fixtures from timm check the whole model independently.
+"""
+
+import numpy as np
+
+
+def layer_norm(x, scale, bias, eps=1e-6):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * scale + bias
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def attention(x, w, relative_logits=None):
+    """`w`: dict of query/key/value/output kernels and biases (official shapes)."""
+    q = np.einsum("btd,dhk->bthk", x, w["query_kernel"]) + w["query_bias"]
+    k = np.einsum("btd,dhk->bthk", x, w["key_kernel"]) + w["key_bias"]
+    v = np.einsum("btd,dhk->bthk", x, w["value_kernel"]) + w["value_bias"]
+    q = q / np.sqrt(q.shape[-1])
+    logits = np.einsum("bqhk,bthk->bhqt", q, k)
+    if relative_logits is not None:
+        logits = logits + relative_logits(q)
+    weights = softmax(logits)
+    out = np.einsum("bhqt,bthk->bqhk", weights, v)
+    return np.einsum("bqhk,hkd->bqd", out, w["output_kernel"]) + w["output_bias"], weights
+
+
+def encoder_block(x, w, relative_logits=None):
+    """`w`: attention weights plus norm_1/norm_2 gamma/beta and mlp dense_1/2."""
+    y, _ = attention(layer_norm(x, w["norm_1/gamma"], w["norm_1/beta"]), w, relative_logits)
+    x = x + y
+    y = layer_norm(x, w["norm_2/gamma"], w["norm_2/beta"])
+    y = gelu_tanh(y @ w["dense_1/kernel"] + w["dense_1/bias"])
+    return x + y @ w["dense_2/kernel"] + w["dense_2/bias"]
+
+
+def block_weights(block):
+    """The numpy weights of a keras_vit `EncoderBlock`, keyed for `encoder_block`."""
+    out = {}
+    for v in block.weights:
+        parts = v.path.split("/")
+        key = parts[-1] if parts[-2] in ("attention",) else "/".join(parts[-2:])
+        out[key] = np.asarray(v.numpy(), np.float64)
+    return out
