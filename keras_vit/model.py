@@ -155,14 +155,13 @@ def ViT(
     grid_size = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
 
     if input_tensor is None:
-        inputs = keras.Input(shape=input_shape, name="images")
-        images = inputs
+        images = inputs = keras.Input(shape=input_shape, name="images")
+    elif keras.backend.is_keras_tensor(input_tensor):
+        # As keras.applications: the model starts at the tensor's own Input(s).
+        images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
+        inputs = inputs[0] if len(inputs) == 1 else inputs
     else:
-        images = input_tensor
-        if not keras.backend.is_keras_tensor(input_tensor):
-            images = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
-        inputs = keras.utils.get_source_inputs(input_tensor) if keras.backend.is_keras_tensor(
-            input_tensor) else images
+        images = inputs = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
 
     num_prefix_tokens = 1 if classifier == "token" else 0
     relative = position_embedding if position_embedding.startswith("relative") else None

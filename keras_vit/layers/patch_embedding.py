@@ -62,18 +62,15 @@ class PatchEmbedding(keras.layers.Layer):
                 "PatchEmbedding expects images of rank 4 (batch, height, width, "
                 f"channels); received input_shape={tuple(input_shape)}"
             )
-        for size, patch, axis in zip(input_shape[1:3], self.patch_size, ("height", "width")):
-            if size is not None and size % patch:
-                raise ValueError(
-                    f"The image {axis} must be divisible by `patch_size`={self.patch_size}; "
-                    f"received input_shape={tuple(input_shape)}"
-                )
+        self._check_divisible(input_shape)
         channels = input_shape[-1]
         if channels is None:
             raise ValueError(
                 "The number of input channels must be known; "
                 f"received input_shape={tuple(input_shape)}"
             )
+        # Later calls with other channels fail with Keras' expected/received message.
+        self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: channels})
         self.kernel = self.add_weight(
             name="kernel",
             shape=(*self.patch_size, channels, self.hidden_size),
@@ -83,7 +80,19 @@ class PatchEmbedding(keras.layers.Layer):
             name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
         )
 
+    def _check_divisible(self, shape):
+        # Sizes unknown until run time (dynamic_image_size under a traced
+        # function) cannot be checked here; the VALID convolution then drops
+        # the remainder, as the official code does.
+        for size, patch, axis in zip(shape[1:3], self.patch_size, ("height", "width")):
+            if size is not None and size % patch:
+                raise ValueError(
+                    f"The image {axis} must be divisible by `patch_size`={self.patch_size}; "
+                    f"received input_shape={tuple(shape)}"
+                )
+
     def call(self, inputs):
+        self._check_divisible(inputs.shape)
         inputs = ops.cast(inputs, self.compute_dtype)
         patches = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
         return patches + self.bias

@@ -139,7 +139,10 @@ class PositionEmbedding(keras.layers.Layer):
                 names), e.g. float64 arrays when resizing a checkpoint.
         """
         tables = tables or {w.name: w for w in self.weights}
-        resample = (rows, cols) != self.grid_size
+        # Tensors stand for sizes unknown until run time: always resample
+        # them (the matrices are the identity when the sizes agree).
+        static = isinstance(rows, int) and isinstance(cols, int)
+        resample = not static or (rows, cols) != self.grid_size
         if self.kind == "learned_1d":
             grid = ops.reshape(
                 tables["embedding"][0, self.num_prefix_tokens :], (*self.grid_size, -1)

@@ -1,0 +1,16 @@
+import pytest
+
+from keras_vit.variants import decode_variant
+
+
+def test_table_1_of_the_paper():
+    assert decode_variant("B/16") == dict(patch_size=16, hidden_size=768, mlp_dim=3072, num_heads=12, num_layers=12)
+    assert decode_variant("L/32") == dict(patch_size=32, hidden_size=1024, mlp_dim=4096, num_heads=16, num_layers=24)
+    assert decode_variant("H/14") == dict(patch_size=14, hidden_size=1280, mlp_dim=5120, num_heads=16, num_layers=32)
+    assert decode_variant("Ti/16")["hidden_size"] == 192 and decode_variant("S/32")["num_heads"] == 6
+
+
+@pytest.mark.parametrize("name", ["X/16", "B16", "B/", "", None])
+def test_unknown_variant_names_the_accepted_form(name):
+    with pytest.raises(ValueError, match=f"received variant={name!r}"):
+        decode_variant(name)
