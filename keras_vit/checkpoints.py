@@ -1,0 +1,153 @@
+"""Official google-research/vision_transformer `.npz` checkpoints, in and out.
+
+The released files hold float32 arrays under `/`-joined Flax paths
+(`Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel`).
+Our layers keep the official shapes, so every weight maps one to one: the
+table `RULES` below pairs each keras_vit weight path with its official key,
+and both the reader and the writer use it. Official key names appear nowhere
+else in the package.
+"""
+
+import io
+import logging
+import math
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.layers import PositionEmbedding
+
+# (keras_vit weight path, official key): regular expression and template.
+RULES = (
+    (r"patch_embedding/(kernel|bias)", r"embedding/\1"),
+    (r"class_token/token", "cls"),
+    (r"position_embedding/embedding", "Transformer/posembed_input/pos_embedding"),
+    (r"encoder_block_(\d+)/norm_1/gamma", r"Transformer/encoderblock_\1/LayerNorm_0/scale"),
+    (r"encoder_block_(\d+)/norm_1/beta", r"Transformer/encoderblock_\1/LayerNorm_0/bias"),
+    (
+        r"encoder_block_(\d+)/attention/(query|key|value)_(kernel|bias)",
+        r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/\2/\3",
+    ),
+    (
+        r"encoder_block_(\d+)/attention/output_(kernel|bias)",
+        r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/out/\2",
+    ),
+    (r"encoder_block_(\d+)/norm_2/gamma", r"Transformer/encoderblock_\1/LayerNorm_2/scale"),
+    (r"encoder_block_(\d+)/norm_2/beta", r"Transformer/encoderblock_\1/LayerNorm_2/bias"),
+    (r"encoder_block_(\d+)/mlp/dense_1/(kernel|bias)", r"Transformer/encoderblock_\1/MlpBlock_3/Dense_0/\2"),
+    (r"encoder_block_(\d+)/mlp/dense_2/(kernel|bias)", r"Transformer/encoderblock_\1/MlpBlock_3/Dense_1/\2"),
+    (r"encoder_norm/gamma", "Transformer/encoder_norm/scale"),
+    (r"encoder_norm/beta", "Transformer/encoder_norm/bias"),
+    (r"pre_logits/(kernel|bias)", r"pre_logits/\1"),
+    (r"head/(kernel|bias)", r"head/\1"),
+)
+
+
+def official_key(path):
+    """The official key of a keras_vit weight path, e.g. `encoder_norm/gamma`."""
+    for pattern, template in RULES:
+        match = re.fullmatch(pattern, path)
+        if match:
+            return match.expand(template)
+    raise ValueError(f"No official checkpoint key is known for the weight {path!r}")
+
+
+def read_npz(path):
+    """Reads an official checkpoint from anything `tf.io.gfile` opens."""
+    with tf.io.gfile.GFile(str(path), "rb") as f:
+        with np.load(io.BytesIO(f.read()), allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+
+
+def _square_grid(num_patches, key):
+    side = math.isqrt(num_patches)
+    if side * side != num_patches:
+        raise ValueError(
+            f"{key} holds {num_patches} patch positions, not a square grid; "
+            "pass `source_grid_size=(rows, cols)`"
+        )
+    return side, side
+
+
+def load_npz(model, path, source_grid_size=None):
+    """Loads an official `.npz` checkpoint into a keras_vit model.
+
+    Position embeddings made for another grid are resampled the model's way
+    (corner-aligned bilinear by default, the official resize); a head made
+    for another number of classes is re-initialised to zeros, as the paper
+    fine-tunes.
+
+    Args:
+        model: a model from `keras_vit.ViT` or a named builder.
+        path: local path, `gs://` path or anything `tf.io.gfile` opens.
+        source_grid_size: optional (rows, cols) of the checkpoint's patch
+            grid, for non-square grids; square grids are inferred.
+
+    Raises:
+        ValueError: listing every missing key, unexpected key and shape
+            mismatch (model shape vs file shape) at once.
+    """
+    arrays = read_npz(path)
+    assigned, missing, mismatched = {}, [], []
+    for weight in model.weights:
+        key = official_key(weight.path)
+        if key not in arrays:
+            missing.append(key)
+            continue
+        value = arrays[key]
+        if tuple(value.shape) != tuple(weight.shape):
+            layer_name = weight.path.split("/")[0]
+            if layer_name == "position_embedding":
+                value = _resize_position_embedding(model.get_layer(layer_name), value, source_grid_size)
+            elif layer_name == "head":
+                logging.info("Head of %s classes re-initialised to zeros for %s classes",
+                             value.shape[-1], weight.shape[-1])
+                value = np.zeros(weight.shape, np.float32)
+            else:
+                mismatched.append(f"{key}: model {tuple(weight.shape)} vs file {tuple(value.shape)}")
+                continue
+        assigned[key] = (weight, value)
+    unexpected = set(arrays) - {official_key(w.path) for w in model.weights}
+    if not any(layer.name == "head" for layer in model.layers):
+        # A model without its top takes the features of a full checkpoint.
+        unexpected -= {"head/kernel", "head/bias"}
+    unexpected = sorted(unexpected)
+    if missing or unexpected or mismatched:
+        raise ValueError(
+            f"The checkpoint {path} does not fit the model {model.name!r}.\n"
+            f"Missing keys: {missing}\nUnexpected keys: {unexpected}\n"
+            f"Shape mismatches: {mismatched}"
+        )
+    for weight, value in assigned.values():
+        weight.assign(value)
+    return model
+
+
+def _resize_position_embedding(layer, table, source_grid_size):
+    """Resamples a file's `(1, prefix + N, D)` table to `layer`'s grid."""
+    prefix = layer.num_prefix_tokens
+    grid = source_grid_size or _square_grid(table.shape[1] - prefix, "pos_embedding")
+    source = PositionEmbedding(layer.kind, grid, prefix, layer.interpolation)
+    source.build((None, *grid, table.shape[-1]))
+    source.embedding.assign(table)
+    logging.info("Position embedding resized from grid %s to %s", grid, layer.grid_size)
+    return source.resized_weights(layer.grid_size)["embedding"]
+
+
+def save_npz(model, path):
+    """Writes `model`'s weights as an official `.npz` checkpoint.
+
+    The file is written under a temporary name and renamed when complete,
+    so a crash never leaves a half-written checkpoint under `path`.
+    """
+    arrays = {official_key(w.path): np.asarray(w.numpy(), np.float32) for w in model.weights}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    path = str(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "wb") as f:
+        f.write(buffer.getvalue())
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return path
