@@ -252,7 +252,9 @@ BASE_DOCSTRING = """Builds ViT-{variant} ({size} model, {patch}x{patch} patches)
         (`keras_vit.preprocess_input`).
 
     Example:
-    >>> model = keras_vit.{builder}(classes=10, image_size=384)
+    >>> model = keras_vit.{builder}(classes=10, image_size={example_size})
+    >>> model.output_shape
+    (None, 10)
     """
 
 
@@ -286,7 +288,8 @@ def _named_builder(variant):
 
     builder.__name__ = builder.__qualname__ = builder_name
     builder.__doc__ = BASE_DOCSTRING.format(
-        variant=variant, size=size, patch=patch, builder=builder_name, **fields
+        variant=variant, size=size, patch=patch, builder=builder_name,
+        example_size=fields["patch_size"] * 4, **fields
     )
     return builder
 

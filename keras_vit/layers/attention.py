@@ -82,7 +82,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=4)
-    >>> layer(np.zeros((2, 17, 64))).shape
+    >>> tuple(layer(np.zeros((2, 17, 64))).shape)
     (2, 17, 64)
     """
 

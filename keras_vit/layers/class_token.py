@@ -26,7 +26,7 @@ class ClassToken(keras.layers.Layer):
         `(batch, 1, hidden_size)` in the compute dtype.
 
     Example:
-    >>> ClassToken()(np.zeros((2, 4, 4, 16))).shape
+    >>> tuple(ClassToken()(np.zeros((2, 4, 4, 16))).shape)
     (2, 1, 16)
     """
 

@@ -19,7 +19,7 @@ class DistillationToken(ClassToken):
             with standard deviation 0.02, as DeiT.
 
     Example:
-    >>> DistillationToken()(np.zeros((2, 4, 4, 16))).shape
+    >>> tuple(DistillationToken()(np.zeros((2, 4, 4, 16))).shape)
     (2, 1, 16)
     """
 

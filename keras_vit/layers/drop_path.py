@@ -22,7 +22,7 @@ class DropPath(keras.layers.Layer):
         training: bool. Only drops while training.
 
     Example:
-    >>> DropPath(0.5)(np.ones((4, 3)), training=False).shape
+    >>> tuple(DropPath(0.5)(np.ones((4, 3)), training=False).shape)
     (4, 3)
     """
 

@@ -24,7 +24,7 @@ class Mlp(keras.layers.Layer):
         dropout_rate: float. Dropout after each dense layer. Defaults to 0.
 
     Example:
-    >>> Mlp(mlp_dim=32)(np.zeros((2, 5, 8))).shape
+    >>> tuple(Mlp(mlp_dim=32)(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
@@ -86,7 +86,7 @@ class EncoderBlock(keras.layers.Layer):
         `(batch, tokens, width)`, and the attention weights if asked for.
 
     Example:
-    >>> EncoderBlock(num_heads=2, mlp_dim=32)(np.zeros((2, 5, 8))).shape
+    >>> tuple(EncoderBlock(num_heads=2, mlp_dim=32)(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 

@@ -34,7 +34,7 @@ class PatchEmbedding(keras.layers.Layer):
 
     Example:
     >>> layer = PatchEmbedding(patch_size=8, hidden_size=16)
-    >>> layer(np.zeros((2, 32, 48, 3))).shape
+    >>> tuple(layer(np.zeros((2, 32, 48, 3))).shape)
     (2, 4, 6, 16)
     """
 

@@ -26,7 +26,7 @@ class SequencePooling(keras.layers.Layer):
             `"gap"` and `"max"`. Defaults to 1.
 
     Example:
-    >>> SequencePooling("gap", num_prefix_tokens=0)(np.ones((2, 5, 8))).shape
+    >>> tuple(SequencePooling("gap", num_prefix_tokens=0)(np.ones((2, 5, 8))).shape)
     (2, 8)
     """
 

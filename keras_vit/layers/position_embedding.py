@@ -73,7 +73,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     Example:
     >>> layer = PositionEmbedding("learned_2d", grid_size=(4, 6), num_prefix_tokens=0)
-    >>> layer(np.zeros((2, 4, 6, 16))).shape
+    >>> tuple(layer(np.zeros((2, 4, 6, 16))).shape)
     (2, 24, 16)
     """
 
