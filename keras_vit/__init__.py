@@ -4,6 +4,11 @@ from keras_vit._version import __version__
 from keras_vit._clash import warn_if_shadowed
 from keras_vit import layers
 from keras_vit.model import (
+    R26_ViT_B32,
+    R26_ViT_S32,
+    R50_ViT_B16,
+    R50_ViT_L32,
+    R_ViT_Ti16,
     ViT,
     ViT_B8,
     ViT_B16,

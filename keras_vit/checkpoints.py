@@ -19,8 +19,15 @@ import tensorflow as tf
 
 from keras_vit.layers import PositionEmbedding
 
-# (keras_vit weight path, official key): regular expression and template.
+# GroupNorm scale and bias are (C,) here and (1, 1, 1, C) in released files.
+GROUP_NORM = "group_norm"
+
+# (keras_vit weight path, official key, transform): a regular expression, its
+# template, and how the array changes on the way (None: not at all).
 RULES = (
+    (r"resnet_stem/((?:block\d+/unit\d+/)?conv(?:_root|1|2|3|_proj))/kernel", r"\1/kernel"),
+    (r"resnet_stem/((?:block\d+/unit\d+/)?gn(?:_root|1|2|3|_proj))/gamma", r"\1/scale", GROUP_NORM),
+    (r"resnet_stem/((?:block\d+/unit\d+/)?gn(?:_root|1|2|3|_proj))/beta", r"\1/bias", GROUP_NORM),
     (r"patch_embedding/(kernel|bias)", r"embedding/\1"),
     (r"class_token/token", "cls"),
     (r"position_embedding/embedding", "Transformer/posembed_input/pos_embedding"),
@@ -46,12 +53,15 @@ RULES = (
 
 
 def official_key(path):
-    """The official key of a keras_vit weight path, e.g. `encoder_norm/gamma`."""
-    for pattern, template in RULES:
+    """`(key, transform)` of a keras_vit weight path, e.g. `encoder_norm/gamma`."""
+    for pattern, template, *transform in RULES:
         match = re.fullmatch(pattern, path)
         if match:
-            return match.expand(template)
-    raise ValueError(f"No official checkpoint key is known for the weight {path!r}")
+            return match.expand(template), (transform or [None])[0]
+    raise ValueError(
+        f"The weight {path!r} has no key in the official checkpoint format "
+        "(it holds learned_1d position embeddings and no relative attention)"
+    )
 
 
 def read_npz(path):
@@ -92,11 +102,13 @@ def load_npz(model, path, source_grid_size=None):
     arrays = read_npz(path)
     assigned, missing, mismatched = {}, [], []
     for weight in model.weights:
-        key = official_key(weight.path)
+        key, transform = official_key(weight.path)
         if key not in arrays:
             missing.append(key)
             continue
         value = arrays[key]
+        if transform == GROUP_NORM and value.size == math.prod(weight.shape):
+            value = value.reshape(weight.shape)
         if tuple(value.shape) != tuple(weight.shape):
             layer_name = weight.path.split("/")[0]
             if layer_name == "position_embedding":
@@ -109,7 +121,7 @@ def load_npz(model, path, source_grid_size=None):
                 mismatched.append(f"{key}: model {tuple(weight.shape)} vs file {tuple(value.shape)}")
                 continue
         assigned[key] = (weight, value)
-    unexpected = set(arrays) - {official_key(w.path) for w in model.weights}
+    unexpected = set(arrays) - {official_key(w.path)[0] for w in model.weights}
     if not any(layer.name == "head" for layer in model.layers):
         # A model without its top takes the features of a full checkpoint.
         unexpected -= {"head/kernel", "head/bias"}
@@ -142,7 +154,11 @@ def save_npz(model, path):
     The file is written under a temporary name and renamed when complete,
     so a crash never leaves a half-written checkpoint under `path`.
     """
-    arrays = {official_key(w.path): np.asarray(w.numpy(), np.float32) for w in model.weights}
+    arrays = {}
+    for weight in model.weights:
+        key, transform = official_key(weight.path)
+        value = np.asarray(weight.numpy(), np.float32)
+        arrays[key] = value.reshape(1, 1, 1, -1) if transform == GROUP_NORM else value
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     path = str(path)

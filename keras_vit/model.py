@@ -4,7 +4,7 @@ The model of Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR
 2021), following google-research/vision_transformer (`models_vit.py`) so its
 checkpoints load one to one, with the `keras.applications` signature.
 
-    image -> PatchEmbedding -> [ClassToken] -> PositionEmbedding -> Dropout
+    image -> [ResNetStem] -> PatchEmbedding -> [ClassToken] -> PositionEmbedding -> Dropout
           -> EncoderBlock x num_layers -> LayerNorm ("encoder_norm")
           -> SequencePooling -> [Dense tanh "pre_logits"] -> Dense "head"
 """
@@ -76,6 +76,8 @@ def ViT(
     layer_norm_epsilon=1e-6,
     dynamic_image_size=False,
     interpolation="bilinear",
+    resnet_num_layers=None,
+    resnet_width_factor=1.0,
     name="vit",
 ):
     """Builds a Vision Transformer with every field given explicitly.
@@ -120,6 +122,11 @@ def ViT(
             position embeddings are resampled in the graph. Defaults to False.
         interpolation: `"bilinear"` (corner-aligned, official) or
             `"bicubic"` (timm's): how position tables are resampled.
+        resnet_num_layers: None, or the bottleneck units per stage of a
+            ResNet stem that makes a hybrid (e.g. (3, 4, 9) for R50);
+            `()` is the root block alone. Defaults to None (no stem).
+        resnet_width_factor: float. Channel multiplier of the stem.
+            Defaults to 1.
         name: str. The model's name.
 
     Returns:
@@ -147,12 +154,17 @@ def ViT(
     image_size, input_shape = _resolve_input_shape(
         image_size, input_shape, input_tensor, dynamic_image_size
     )
-    if image_size[0] % patch_size[0] or image_size[1] % patch_size[1]:
+    # Pixels per token: the patch, times the stem's output stride for hybrids.
+    stride = 1
+    if resnet_num_layers is not None:
+        stride = 4 * 2 ** max(len(resnet_num_layers) - 1, 0)
+    token_size = (patch_size[0] * stride, patch_size[1] * stride)
+    if image_size[0] % token_size[0] or image_size[1] % token_size[1]:
+        what = f"`patch_size`={patch_size}" + (f" times the ResNet stride {stride}" if stride > 1 else "")
         raise ValueError(
-            f"`image_size` must be divisible by `patch_size`={patch_size}; "
-            f"received image_size={image_size}"
+            f"`image_size` must be divisible by {what}; received image_size={image_size}"
         )
-    grid_size = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
+    grid_size = (image_size[0] // token_size[0], image_size[1] // token_size[1])
 
     if input_tensor is None:
         images = inputs = keras.Input(shape=input_shape, name="images")
@@ -165,7 +177,10 @@ def ViT(
 
     num_prefix_tokens = 1 if classifier == "token" else 0
     relative = position_embedding if position_embedding.startswith("relative") else None
-    patches = vit_layers.PatchEmbedding(patch_size, hidden_size, name="patch_embedding")(images)
+    features = images
+    if resnet_num_layers is not None:
+        features = vit_layers.ResNetStem(resnet_num_layers, resnet_width_factor, name="resnet_stem")(images)
+    patches = vit_layers.PatchEmbedding(patch_size, hidden_size, name="patch_embedding")(features)
     prefix = vit_layers.ClassToken(name="class_token")(patches) if num_prefix_tokens else None
     tokens = vit_layers.PositionEmbedding(
         "none" if relative else position_embedding,
@@ -226,10 +241,10 @@ def load_weights(model, weights):
     model.load_weights(path)
 
 
-BASE_DOCSTRING = """Builds ViT-{variant} ({size} model, {patch}x{patch} patches).
+BASE_DOCSTRING = """Builds {title}.
 
     {hidden_size} wide, {num_layers} blocks of {num_heads} heads, MLP {mlp_dim}
-    (Dosovitskiy et al., 2021, Table 1). The `keras.applications` signature,
+    (Dosovitskiy et al., 2021, Table 1){stem}. The `keras.applications` signature,
     plus any field of `keras_vit.ViT` as a keyword (`image_size`,
     `classifier`, `representation_size`, `position_embedding`,
     `dropout_rate`, `attention_dropout_rate`, `drop_path_rate`,
@@ -259,9 +274,11 @@ BASE_DOCSTRING = """Builds ViT-{variant} ({size} model, {patch}x{patch} patches)
 
 
 def _named_builder(variant):
+    """A `keras.applications`-style builder for `variant` ("B/16", "R50+B/16")."""
     fields = decode_variant(variant)
-    size, patch = variant.split("/")
-    builder_name = f"ViT_{size}{patch}"
+    stem, _, body = variant.rpartition("+")
+    size, stride = body.split("/")
+    builder_name = f"{stem}_ViT_{size}{stride}".lstrip("_")
 
     def builder(
         include_top=True,
@@ -273,7 +290,7 @@ def _named_builder(variant):
         classifier_activation="softmax",
         **kwargs,
     ):
-        kwargs.setdefault("name", builder_name.lower().replace("_", ""))
+        kwargs.setdefault("name", builder_name.lower())
         return ViT(
             **fields,
             include_top=include_top,
@@ -287,9 +304,13 @@ def _named_builder(variant):
         )
 
     builder.__name__ = builder.__qualname__ = builder_name
+    stem_note = ""
+    if stem:
+        stem_note = (f", behind a ResNet stem of {fields['resnet_num_layers']} units per stage "
+                     f"and {fields['patch_size']}x{fields['patch_size']} patches on its features")
     builder.__doc__ = BASE_DOCSTRING.format(
-        variant=variant, size=size, patch=patch, builder=builder_name,
-        example_size=fields["patch_size"] * 4, **fields
+        title=f"{stem}+ViT-{body}".lstrip("+"), stem=stem_note, builder=builder_name,
+        example_size=int(stride) * 4, **fields
     )
     return builder
 
@@ -303,3 +324,8 @@ ViT_B32 = _named_builder("B/32")
 ViT_L16 = _named_builder("L/16")
 ViT_L32 = _named_builder("L/32")
 ViT_H14 = _named_builder("H/14")
+R_ViT_Ti16 = _named_builder("R+Ti/16")
+R26_ViT_S32 = _named_builder("R26+S/32")
+R26_ViT_B32 = _named_builder("R26+B/32")
+R50_ViT_B16 = _named_builder("R50+B/16")
+R50_ViT_L32 = _named_builder("R50+L/32")

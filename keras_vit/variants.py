@@ -3,7 +3,10 @@
 Widths, depths and heads are Table 1 of Dosovitskiy et al. (2021) for
 Base, Large and Huge, and Table 1 of Touvron et al. (2021, DeiT) for Tiny and
 Small (as also used by Steiner et al., 2021, "How to train your ViT?").
-A variant name is `"<size>/<patch>"`, e.g. `"B/16"`.
+A variant name is `"<size>/<patch>"`, e.g. `"B/16"`; a hybrid puts its
+ResNet stem in front, `"R50+B/16"` (Section 3.1 and Appendix B.1 of the paper;
+the stems of `vit_jax/configs/models.py`). A hybrid's "/16" is the total
+stride: ResNet stem stride times its patch size.
 """
 
 import dataclasses
@@ -33,6 +36,29 @@ SIZES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class Stem:
+    """A hybrid's ResNet stem and the patch size applied to its output."""
+
+    # Bottleneck units per ResNet stage; () is the root block alone.
+    resnet_num_layers: tuple
+    # Channel multiplier of the ResNet (64 * width_factor root channels).
+    resnet_width_factor: float
+    # Patch size on the feature map.
+    patch_size: int
+
+
+# Key: (stem name, total stride). R50 uses (3, 4, 9) units, not ResNet-50's
+# (3, 4, 6, 3), so that its output stride is 16 (the official comment).
+STEMS = {
+    ("R50", 16): Stem((3, 4, 9), 1.0, 1),
+    ("R50", 32): Stem((3, 4, 6, 3), 1.0, 1),
+    ("R26", 32): Stem((2, 2, 2, 2), 1.0, 1),
+    # The root block alone (stride 4) and 8x8 patches: AugReg's R+Ti/16.
+    ("R", 16): Stem((), 1.0, 8),
+}
+
+
 def decode_variant(variant):
     """Returns the architecture fields of a variant such as `"B/16"`.
 
@@ -47,11 +73,15 @@ def decode_variant(variant):
     >>> decode_variant("S/16")["hidden_size"]
     384
     """
-    match = re.fullmatch(r"(\w+)/(\d+)", str(variant))
-    if not match or match.group(1) not in SIZES:
+    match = re.fullmatch(r"(?:(R\d*)\+)?(\w+)/(\d+)", str(variant))
+    stem = match and match.group(1) and STEMS.get((match.group(1), int(match.group(3))))
+    if not match or match.group(2) not in SIZES or (match.group(1) and not stem):
         raise ValueError(
-            f"`variant` must look like '<size>/<patch>' with size in {tuple(SIZES)}, "
-            f"e.g. 'B/16'; received variant={variant!r}"
+            f"`variant` must look like '<size>/<patch>' with size in {tuple(SIZES)} (e.g. 'B/16'), "
+            f"or a hybrid among {[f'{name}+<size>/{stride}' for name, stride in STEMS]}; "
+            f"received variant={variant!r}"
         )
-    size, patch = match.groups()
-    return {"patch_size": int(patch), **dataclasses.asdict(SIZES[size])}
+    fields = {"patch_size": int(match.group(3)), **dataclasses.asdict(SIZES[match.group(2)])}
+    if stem:
+        fields.update(dataclasses.asdict(stem))
+    return fields

@@ -18,7 +18,10 @@ ATOL = 1e-4
 
 def build(case):
     c = CASES[case]
+    resnet = c["resnet"] and dict(resnet_num_layers=tuple(c["resnet"]["num_layers"]),
+                                  resnet_width_factor=c["resnet"]["width_factor"])
     return keras_vit.ViT(
+        **(resnet or {}),
         patch_size=c["patch_size"], hidden_size=c["hidden_size"], mlp_dim=c["mlp_dim"],
         num_heads=c["num_heads"], num_layers=c["num_layers"], image_size=tuple(c["image_size"]),
         classes=c["num_classes"], classifier=c["classifier"],
@@ -26,7 +29,7 @@ def build(case):
     )
 
 
-@pytest.mark.parametrize("case", ["token", "gap", "representation", "resize", "rectangular"])
+@pytest.mark.parametrize("case", ["token", "gap", "representation", "resize", "rectangular", "hybrid"])
 def test_logits_match_timm(case):
     io = np.load(FIXTURES / f"{case}_io.npz")
     model = checkpoints.load_npz(build(case), FIXTURES / f"{case}.npz")
@@ -41,7 +44,7 @@ def test_resize_on_load_is_the_official_zoom():
     np.testing.assert_allclose(model.get_layer("position_embedding").embedding.numpy(), expected, atol=1e-6)
 
 
-@pytest.mark.parametrize("case", ["token", "gap", "representation", "rectangular"])
+@pytest.mark.parametrize("case", ["token", "gap", "representation", "rectangular", "hybrid"])
 def test_save_then_load_is_bit_exact(tmp_path, case):
     source = checkpoints.read_npz(FIXTURES / f"{case}.npz")
     model = checkpoints.load_npz(build(case), FIXTURES / f"{case}.npz")

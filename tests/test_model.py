@@ -40,7 +40,7 @@ def test_official_parameter_counts():
 def test_every_named_builder(builder, variant):
     model = getattr(keras_vit, builder)()
     assert model.count_params() == official_count(*variant)
-    assert model.name == builder.lower().replace("_", "")
+    assert model.name == builder.lower()
     assert getattr(keras_vit, builder).__doc__.startswith(f"Builds ViT-")
 
 
