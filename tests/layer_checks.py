@@ -13,10 +13,12 @@ def _symbolic(array):
     return keras.Input(batch_shape=(None, *array.shape[1:]), dtype=str(array.dtype))
 
 
-def check_layer(layer, tmp_path, *args, **kwargs):
+def check_layer(layer, tmp_path, *args, randomize=False, **kwargs):
     """Runs the standard checks on `layer` called as `layer(*args, **kwargs)`.
 
-    `args` and `kwargs` hold numpy arrays (batch first). Returns the output.
+    `args` and `kwargs` hold numpy arrays (batch first). `randomize` redraws
+    the weights first, for layers whose initialisation blocks some gradients
+    (a zero-initialised scale). Returns the output.
     """
     config = layer.get_config()
     clone = type(layer).from_config(config)
@@ -26,6 +28,8 @@ def check_layer(layer, tmp_path, *args, **kwargs):
     sym_kwargs = {k: _symbolic(v) for k, v in kwargs.items()}
     model = keras.Model([*sym_args, *sym_kwargs.values()], layer(*sym_args, **sym_kwargs))
     inputs = [*args, *kwargs.values()]
+    if randomize:
+        randomize_weights(layer)
     outputs = np.asarray(model(inputs))
 
     if type(layer).compute_output_shape is not keras.layers.Layer.compute_output_shape:

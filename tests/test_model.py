@@ -33,6 +33,24 @@ def test_official_parameter_counts():
     assert keras_vit.ViT_B16(include_top=False).count_params() == 85_798_656
 
 
+# vit_jax/models_test.py: the parameter counts of the official configurations.
+OFFICIAL_COUNTS = {
+    "R_ViT_Ti16": 6_337_704, "R26_ViT_S32": 36_431_912, "R26_ViT_B32": 101_383_976,
+    "R50_ViT_B16": 98_659_112, "R50_ViT_L32": 328_994_856, "ViT_B8": 86_576_872,
+    "ViT_S32": 22_878_952, "ViT_Ti16": 5_717_416,
+}
+
+
+@pytest.mark.parametrize("builder", sorted(OFFICIAL_COUNTS))
+def test_official_counts_of_hybrids_and_small_variants(builder):
+    assert getattr(keras_vit, builder)().count_params() == OFFICIAL_COUNTS[builder]
+
+
+def test_gap_without_representation_count():
+    # 'ViT-B_16-gap-norep' in vit_jax/models_test.py: no class token, one row less.
+    assert keras_vit.ViT_B16(classifier="gap").count_params() == 86_566_120
+
+
 @pytest.mark.parametrize("builder, variant", [
     ("ViT_Ti16", (16, 192, 768, 12)), ("ViT_S16", (16, 384, 1536, 12)), ("ViT_S32", (32, 384, 1536, 12)),
     ("ViT_B8", (8, 768, 3072, 12)), ("ViT_B32", (32, 768, 3072, 12)), ("ViT_L32", (32, 1024, 4096, 24)),
