@@ -21,6 +21,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["keras_vit", "keras_vit.*"]),
+    package_data={"keras_vit": ["data/*.json"]},
     install_requires=["tensorflow~=2.20.0", "keras>=3.10", "numpy", "absl-py"],
     extras_require={
         # The trainer: TFDS input pipelines, Model Garden augmentations and

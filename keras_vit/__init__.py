@@ -2,7 +2,9 @@
 
 from keras_vit._version import __version__
 from keras_vit._clash import warn_if_shadowed
-from keras_vit import layers
+from keras_vit import layers, pretrained
+from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.imagenet import decode_predictions
 from keras_vit.model import (
     R26_ViT_B32,
     R26_ViT_S32,

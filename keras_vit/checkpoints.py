@@ -6,6 +6,11 @@ Our layers keep the official shapes, so every weight maps one to one: the
 table `RULES` below pairs each keras_vit weight path with its official key,
 and both the reader and the writer use it. Official key names appear nowhere
 else in the package.
+
+Kinds the official code does not have (`learned_2d` position tables,
+relative attention) are written under keys of the same style, marked
+"keras_vit extension" below, so every keras_vit model round-trips through
+the format; the official code ignores keys it does not know.
 """
 
 import io
@@ -31,6 +36,8 @@ RULES = (
     (r"patch_embedding/(kernel|bias)", r"embedding/\1"),
     (r"class_token/token", "cls"),
     (r"position_embedding/embedding", "Transformer/posembed_input/pos_embedding"),
+    # keras_vit extension: learned_2d tables.
+    (r"position_embedding/(row|column)_embedding", r"Transformer/posembed_input/\1_embedding"),
     (r"encoder_block_(\d+)/norm_1/gamma", r"Transformer/encoderblock_\1/LayerNorm_0/scale"),
     (r"encoder_block_(\d+)/norm_1/beta", r"Transformer/encoderblock_\1/LayerNorm_0/bias"),
     (
@@ -40,6 +47,11 @@ RULES = (
     (
         r"encoder_block_(\d+)/attention/output_(kernel|bias)",
         r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/out/\2",
+    ),
+    # keras_vit extension: relative attention tables.
+    (
+        r"encoder_block_(\d+)/attention/((?:prefix_)?relative_embedding)",
+        r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/\2",
     ),
     (r"encoder_block_(\d+)/norm_2/gamma", r"Transformer/encoderblock_\1/LayerNorm_2/scale"),
     (r"encoder_block_(\d+)/norm_2/beta", r"Transformer/encoderblock_\1/LayerNorm_2/bias"),
@@ -60,7 +72,7 @@ def official_key(path):
             return match.expand(template), (transform or [None])[0]
     raise ValueError(
         f"The weight {path!r} has no key in the official checkpoint format "
-        "(it holds learned_1d position embeddings and no relative attention)"
+        "nor an extension key of keras_vit"
     )
 
 
@@ -100,6 +112,7 @@ def load_npz(model, path, source_grid_size=None):
             mismatch (model shape vs file shape) at once.
     """
     arrays = read_npz(path)
+    resized = {}  # layer name -> its tables resampled to the model's grid
     assigned, missing, mismatched = {}, [], []
     for weight in model.weights:
         key, transform = official_key(weight.path)
@@ -110,9 +123,14 @@ def load_npz(model, path, source_grid_size=None):
         if transform == GROUP_NORM and value.size == math.prod(weight.shape):
             value = value.reshape(weight.shape)
         if tuple(value.shape) != tuple(weight.shape):
-            layer_name = weight.path.split("/")[0]
-            if layer_name == "position_embedding":
-                value = _resize_position_embedding(model.get_layer(layer_name), value, source_grid_size)
+            layer_path, name = weight.path.rsplit("/", 1)
+            layer_name = layer_path.split("/")[0]
+            if layer_path == "position_embedding" or name.endswith("relative_embedding"):
+                if layer_path not in resized:
+                    layer = model.get_layer(layer_name)
+                    layer = layer if layer_path == layer_name else layer.attention
+                    resized[layer_path] = _resize_tables(layer, arrays, source_grid_size)
+                value = resized[layer_path][name]
             elif layer_name == "head":
                 logging.info("Head of %s classes re-initialised to zeros for %s classes",
                              value.shape[-1], weight.shape[-1])
@@ -137,15 +155,37 @@ def load_npz(model, path, source_grid_size=None):
     return model
 
 
-def _resize_position_embedding(layer, table, source_grid_size):
-    """Resamples a file's `(1, prefix + N, D)` table to `layer`'s grid."""
+def _resize_tables(layer, arrays, source_grid_size):
+    """Resamples a layer's tables in `arrays` to the layer's own grid.
+
+    A twin of `layer` is built at the file's grid (inferred from the table
+    shapes, or `source_grid_size` for a non-square `learned_1d` table), takes
+    the file's tables, and resamples them with `resized_weights`.
+    """
+    tables = {w.name: arrays[official_key(w.path)[0]] for w in layer.weights
+              if w.name.endswith("embedding")}
     prefix = layer.num_prefix_tokens
-    grid = source_grid_size or _square_grid(table.shape[1] - prefix, "pos_embedding")
-    source = PositionEmbedding(layer.kind, grid, prefix, layer.interpolation)
-    source.build((None, *grid, table.shape[-1]))
-    source.embedding.assign(table)
-    logging.info("Position embedding resized from grid %s to %s", grid, layer.grid_size)
-    return source.resized_weights(layer.grid_size)["embedding"]
+    config = layer.get_config()
+    if isinstance(layer, PositionEmbedding) and layer.kind == "learned_2d":
+        grid = (len(tables["row_embedding"]), len(tables["column_embedding"]))
+    elif isinstance(layer, PositionEmbedding):
+        grid = source_grid_size or _square_grid(tables["embedding"].shape[1] - prefix, "pos_embedding")
+    elif layer.relative_position == "relative_2d":
+        grid = tuple((n + 1) // 2 for n in tables["relative_embedding"].shape[:2])
+    else:  # 1-D relative: only the sequence length matters
+        grid = (1, (len(tables["relative_embedding"]) + 1) // 2 - prefix)
+    config.update(grid_size=grid, name=f"{layer.name}_source")
+    source = type(layer).from_config(config)
+    width = arrays["embedding/bias"].shape[-1]  # the model width
+    if isinstance(layer, PositionEmbedding):
+        source.build((None, *grid, width))
+    else:
+        source.build((None, None, width))
+    for weight in source.weights:
+        if weight.name in tables:
+            weight.assign(tables[weight.name])
+    logging.info("%s resized from grid %s to %s", layer.name, grid, layer.grid_size)
+    return source.resized_weights(layer.grid_size)
 
 
 def save_npz(model, path):
@@ -163,7 +203,11 @@ def save_npz(model, path):
     np.savez(buffer, **arrays)
     path = str(path)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "wb") as f:
-        f.write(buffer.getvalue())
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    try:
+        with tf.io.gfile.GFile(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
     return path

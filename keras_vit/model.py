@@ -9,8 +9,11 @@ checkpoints load one to one, with the `keras.applications` signature.
           -> SequencePooling -> [Dense tanh "pre_logits"] -> Dense "head"
 """
 
+import logging
+
 import keras
 
+from keras_vit import checkpoints, pretrained
 from keras_vit import layers as vit_layers
 from keras_vit.layers.utils import check_choice, to_pair
 from keras_vit.variants import decode_variant
@@ -92,8 +95,12 @@ def ViT(
             are made for. Defaults to `input_shape`'s, else 224.
         include_top: bool. Whether to add the classification head; without
             it the model returns the pooled features. Defaults to True.
-        weights: None, or the path of a Keras weights file
-            (`*.weights.h5`) to load. Defaults to None.
+        weights: None; the path or URL of an official `.npz` checkpoint
+            (local, `gs://`, or `https://`, downloaded once into the Keras
+            cache; position tables are resized to `image_size` and a head
+            for other `classes` restarts at zero); or a Keras weights file
+            (`*.weights.h5`). Named weights go through the named builders.
+            Defaults to None.
         input_tensor: optional Keras tensor (output of `keras.Input`) to
             use as the image input.
         input_shape: optional `(height, width, channels)`; height and width
@@ -231,14 +238,20 @@ def ViT(
 
 
 def load_weights(model, weights):
-    """Loads `weights` (a Keras `*.weights.h5` file) into `model`."""
+    """Loads `weights` into `model`: an `.npz` path or URL, or `*.weights.h5`."""
     path = str(weights)
-    if not path.endswith(".weights.h5"):
+    if path.endswith(".weights.h5"):
+        model.load_weights(path)
+    elif path.endswith(".npz"):
+        if path.startswith(("http://", "https://")):
+            path = pretrained.fetch(path)
+        checkpoints.load_npz(model, path)
+    else:
         raise ValueError(
-            "`weights` must be None or the path of a Keras weights file ending in "
-            f"'.weights.h5'; received weights={weights!r}"
+            "`weights` must be None, the path or URL of an official '.npz' checkpoint, a Keras "
+            "'.weights.h5' file, or (in a named builder such as ViT_B16) the name of pretrained "
+            f"weights; received weights={weights!r}"
         )
-    model.load_weights(path)
 
 
 BASE_DOCSTRING = """Builds {title}.
@@ -252,12 +265,18 @@ BASE_DOCSTRING = """Builds {title}.
 
     Args:
         include_top: bool. Add the classification head. Defaults to True.
-        weights: None or a path to weights to load. Defaults to None.
+        weights: None, the name of pretrained weights (e.g.
+            `"augreg_in21k_ft_in1k"`, `"imagenet21k"`; see
+            `keras_vit.pretrained.table()`), or a path or URL of an `.npz`
+            or `.weights.h5` file. Named weights set the defaults of
+            `image_size`, `representation_size` and `classes` to the file's.
+            Defaults to None.
         input_tensor: optional Keras tensor to use as the image input.
         input_shape: optional `(height, width, channels)`.
         pooling: None, `"token"`, `"avg"` or `"max"` when
             `include_top=False`.
-        classes: int. Number of classes. Defaults to 1000.
+        classes: int. Number of classes. Defaults to the named weights',
+            else 1000; another number restarts the head at zero.
         classifier_activation: head activation; None for logits. Defaults
             to `"softmax"`.
         **kwargs: any other field of `keras_vit.ViT`.
@@ -286,11 +305,20 @@ def _named_builder(variant):
         input_tensor=None,
         input_shape=None,
         pooling=None,
-        classes=1000,
+        classes=None,
         classifier_activation="softmax",
         **kwargs,
     ):
         kwargs.setdefault("name", builder_name.lower())
+        if weights is not None and not str(weights).endswith((".npz", ".weights.h5")):
+            entry = pretrained.resolve(variant, weights)
+            if input_shape is None and input_tensor is None:
+                kwargs.setdefault("image_size", entry.image_size)
+            kwargs.setdefault("representation_size", entry.representation_size)
+            classes = entry.classes if classes is None else classes
+            if include_top and classes == entry.classes and entry.zeroed_head:
+                logging.warning("%s has a zeroed head: use it for features or fine-tuning", entry.name)
+            weights = entry.url
         return ViT(
             **fields,
             include_top=include_top,
@@ -298,7 +326,7 @@ def _named_builder(variant):
             input_tensor=input_tensor,
             input_shape=input_shape,
             pooling=pooling,
-            classes=classes,
+            classes=1000 if classes is None else classes,
             classifier_activation=classifier_activation,
             **kwargs,
         )

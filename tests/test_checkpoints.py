@@ -81,3 +81,56 @@ def test_a_model_without_top_takes_the_features_of_a_full_checkpoint():
     checkpoints.load_npz(model, FIXTURES / "token.npz")
     io = np.load(FIXTURES / "token_io.npz")
     np.testing.assert_allclose(np.asarray(model(io["images"])), io["pre_logits"], atol=ATOL)
+
+
+@pytest.mark.parametrize("position_embedding", ["learned_2d", "relative", "relative_2d"])
+def test_keras_vit_kinds_round_trip_and_resize_through_the_format(tmp_path, position_embedding):
+    tiny = dict(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2, classes=10,
+                classifier_activation=None, position_embedding=position_embedding)
+    source = keras_vit.ViT(**tiny, image_size=(32, 48))
+    randomize_weights(source, scale=0.2)
+    path = checkpoints.save_npz(source, tmp_path / "m.npz")
+    same = checkpoints.load_npz(keras_vit.ViT(**tiny, image_size=(32, 48)), path)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 48, 3)).astype("float32")
+    np.testing.assert_array_equal(np.asarray(same(images)), np.asarray(source(images)))
+    bigger = checkpoints.load_npz(keras_vit.ViT(**tiny, image_size=(48, 64)), path)
+    attention = bigger.get_layer("encoder_block_1").attention
+    if position_embedding == "relative_2d":
+        assert attention.relative_embedding.shape == (11, 15, 4, 16)
+        return
+    # Resized on load = resampled in the graph by a dynamic model.
+    dynamic = keras_vit.ViT(**tiny, image_size=(32, 48), dynamic_image_size=True)
+    dynamic.set_weights(source.get_weights())
+    larger = np.random.default_rng(1).uniform(-1, 1, (2, 48, 64, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(bigger(larger)), np.asarray(dynamic(larger)), atol=1e-5)
+
+
+def test_non_square_source_grid_must_be_named():
+    model = keras_vit.ViT(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2,
+                          image_size=48, classes=10)
+    with pytest.raises(ValueError, match="not a square grid; pass `source_grid_size"):
+        checkpoints.load_npz(model, FIXTURES / "rectangular.npz")
+    checkpoints.load_npz(model, FIXTURES / "rectangular.npz", source_grid_size=(4, 6))
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    model = checkpoints.load_npz(build("token"), FIXTURES / "token.npz")
+    path = tmp_path / "m.npz"
+    path.write_bytes(b"previous checkpoint")
+
+    def broken_rename(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.io.gfile, "rename", broken_rename)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoints.save_npz(model, path)
+    assert path.read_bytes() == b"previous checkpoint" and list(tmp_path.iterdir()) == [path]
+
+
+def test_weights_argument_takes_an_npz_path():
+    io = np.load(FIXTURES / "gap_io.npz")
+    model = keras_vit.ViT(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2, image_size=32,
+                          classes=10, classifier="gap", classifier_activation=None, weights=str(FIXTURES / "gap.npz"))
+    np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=ATOL)

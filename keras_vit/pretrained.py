@@ -1,0 +1,145 @@
+"""Named pretrained weights: the official checkpoints, and fetching them.
+
+The table is data (`keras_vit/data/pretrained_weights.json`, with the
+source of every field): each entry names a file of google-research/
+vision_transformer's public bucket `gs://vit_models`, its variant,
+resolution, classes, representation size and published ImageNet top-1.
+Names are `"<model>:<tag>"`, e.g. `"ViT-B/16:augreg_in21k_ft_in1k"`; a named
+builder takes the tag alone (`keras_vit.ViT_B16(weights="imagenet21k")`).
+
+Traps the table records: the 2020 `imagenet21k/` files carry a tanh
+`pre_logits` layer and a deliberately zeroed 21843-class head (features and
+fine-tuning only); the AugReg `augreg_in21k` files keep a real 21843-class
+head and have no `pre_logits`.
+"""
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import pathlib
+import shutil
+import urllib.parse
+import urllib.request
+
+TABLE = pathlib.Path(__file__).parent / "data" / "pretrained_weights.json"
+BUCKET = "https://storage.googleapis.com/vit_models/"
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainedWeights:
+    """One released checkpoint."""
+
+    # "<model>:<tag>", e.g. "ViT-B/16:imagenet21k".
+    name: str
+    # The keras_vit variant it fits, e.g. "B/16" or "R50+B/16".
+    variant: str
+    # Public https location (gs://vit_models/... over https).
+    url: str
+    # Square resolution it was trained or fine-tuned at.
+    image_size: int
+    # Classes of its head: 1000 (ImageNet-1k) or 21843 (ImageNet-21k).
+    classes: int
+    # Width of its tanh pre_logits layer, or None.
+    representation_size: int | None
+    # Published ImageNet-1k top-1 (%), or None; `top1_source` says whose.
+    top1: float | None
+    top1_source: str | None
+    license: str
+    note: str
+
+    @property
+    def tag(self):
+        return self.name.split(":", 1)[1]
+
+    @property
+    def zeroed_head(self):
+        """The 2020 `imagenet21k/` files: their 21843-class head was zeroed."""
+        return self.tag == "imagenet21k"
+
+    @property
+    def gs_path(self):
+        return "gs://vit_models/" + self.url[len(BUCKET):]
+
+
+@functools.cache
+def table():
+    """All entries, keyed by name."""
+    fields = {f.name for f in dataclasses.fields(PretrainedWeights)}
+    entries = json.loads(TABLE.read_text())["entries"]
+    return {e["name"]: PretrainedWeights(**{k: v for k, v in e.items() if k in fields}) for e in entries}
+
+
+def model_name(variant):
+    """The official model name of a variant: "B/16" -> "ViT-B/16", "R50+B/16" -> "R50+ViT-B/16"."""
+    stem, _, body = variant.rpartition("+")
+    return f"{stem}+ViT-{body}" if stem else f"ViT-{body}"
+
+
+def resolve(variant, tag):
+    """The entry for `tag` of `variant`; a ValueError lists the tags it has."""
+    entry = table().get(f"{model_name(variant)}:{tag}")
+    if entry is None:
+        tags = sorted(e.tag for e in table().values() if e.variant == variant)
+        raise ValueError(
+            f"No pretrained weights named {tag!r} for {model_name(variant)}; "
+            f"available: {tags or 'none'} (or pass the path of an .npz or .weights.h5 file)"
+        )
+    return entry
+
+
+def cache_path(url):
+    """Where `fetch` keeps `url`: `$KERAS_HOME/vit_models/<the bucket path>`."""
+    relative = urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
+    relative = relative.removeprefix("vit_models/")
+    keras_home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
+    return pathlib.Path(keras_home) / "vit_models" / relative
+
+
+def fetch(url, timeout=60):
+    """Downloads `url` once into the Keras cache and returns the local path.
+
+    The download goes to a temporary name and is renamed when complete, so
+    an interrupted download is never taken for a checkpoint.
+
+    Raises:
+        OSError: when the file is not cached and cannot be downloaded; the
+            message names the URL and where to put a copy fetched by hand.
+    """
+    target = cache_path(url)
+    if target.exists():
+        return str(target)
+    partial = target.with_name(f"{target.name}.part-{os.getpid()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
+            shutil.copyfileobj(response, out, length=1 << 20)
+        os.replace(partial, target)
+    except OSError as error:  # URLError, timeouts and disk errors are OSErrors
+        partial.unlink(missing_ok=True)
+        raise OSError(
+            f"Could not download {url} ({error}). Download it where there is network access "
+            f"(e.g. `curl -L -o '{target.name}' '{url}'`, or `gsutil cp` from gs://vit_models/) "
+            f"and put it at {target}, or pass its local path as `weights=`."
+        ) from error
+    logging.info("Downloaded %s to %s", url, target)
+    return str(target)
+
+
+def markdown_table():
+    """The table as Markdown, for docs/PRETRAINED.md (a test keeps it current)."""
+    lines = [
+        "| name | file (gs://vit_models/...) | px | classes | pre_logits | ImageNet top-1 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in table().values():
+        top1 = "n/a"
+        if e.top1 is not None:
+            who = "Google" if e.top1_source.startswith("google") else "timm's evaluation"
+            top1 = f"{e.top1:.2f} ({who})"
+        lines.append(
+            f"| `{e.name}` | `{e.gs_path[len('gs://vit_models/'):]}` | {e.image_size} | {e.classes} "
+            f"| {e.representation_size or '-'} | {top1} |"
+        )
+    return "\n".join(lines) + "\n"

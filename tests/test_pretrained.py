@@ -1,0 +1,123 @@
+import functools
+import http.server
+import logging
+import pathlib
+import socket
+import threading
+import urllib.parse
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import checkpoints, pretrained
+from keras_vit.variants import decode_variant
+from tests.layer_checks import randomize_weights
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+DOCS = pathlib.Path(__file__).parent.parent / "docs" / "PRETRAINED.md"
+
+
+def test_every_name_resolves_to_a_well_formed_official_url():
+    entries = pretrained.table()
+    assert len(entries) >= 40
+    for name, e in entries.items():
+        fields = decode_variant(e.variant)  # the variant exists
+        url = urllib.parse.urlparse(e.url)
+        assert (url.scheme, url.netloc) == ("https", "storage.googleapis.com"), name
+        assert url.path.startswith("/vit_models/") and url.path.endswith(".npz"), name
+        assert e.gs_path.startswith("gs://vit_models/") and " " not in e.url, name
+        stride = 4 * 2 ** max(len(fields.get("resnet_num_layers", ())) - 1, 0) if "resnet_num_layers" in fields else 1
+        assert e.image_size % (fields["patch_size"] * stride) == 0, name
+        assert e.classes in (1000, 21843) and e.license == "Apache-2.0", name
+        assert pretrained.resolve(e.variant, e.tag) is e
+        if e.top1 is not None:
+            assert 70 < e.top1 < 90 and e.top1_source, name
+
+
+def test_the_traps_are_recorded():
+    table = pretrained.table()
+    old = table["ViT-B/16:imagenet21k"]
+    assert old.zeroed_head and old.representation_size == 768 and old.classes == 21843
+    augreg = table["ViT-B/16:augreg_in21k"]
+    assert not augreg.zeroed_head and augreg.representation_size is None and augreg.classes == 21843
+    for variant in ("Ti/16", "S/16", "S/32", "B/16", "B/32", "L/16", "R+Ti/16", "R26+S/32"):
+        assert pretrained.resolve(variant, "augreg_in21k_ft_in1k").classes == 1000
+    assert table["ViT-B/16:imagenet21k+imagenet2012"].image_size == 384
+
+
+def test_unknown_name_lists_what_exists():
+    with pytest.raises(ValueError, match=r"No pretrained weights named 'imagenet' for ViT-B/16; available: \[.*'augreg_in21k'"):
+        pretrained.resolve("B/16", "imagenet")
+
+
+def test_docs_table_is_current():
+    assert pretrained.markdown_table() in DOCS.read_text()
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A static file server on 127.0.0.1 for `tmp_path/site`."""
+    site = tmp_path / "site" / "vit_models" / "augreg"
+    site.mkdir(parents=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "site"))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield site, f"http://127.0.0.1:{httpd.server_address[1]}/vit_models/augreg/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_fetch_downloads_once_into_the_keras_cache(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    site, base = server
+    (site / "token.npz").write_bytes((FIXTURES / "token.npz").read_bytes())
+    path = pretrained.fetch(base + "token.npz")
+    assert pathlib.Path(path) == tmp_path / "home" / "vit_models" / "augreg" / "token.npz"
+    assert pathlib.Path(path).read_bytes() == (FIXTURES / "token.npz").read_bytes()
+    (site / "token.npz").unlink()  # the second call must not need the server
+    assert pretrained.fetch(base + "token.npz") == path
+
+
+def test_offline_failure_says_what_to_download_and_where(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/vit_models/imagenet21k/ViT-B_16.npz"
+    target = tmp_path / "home" / "vit_models" / "imagenet21k" / "ViT-B_16.npz"
+    with pytest.raises(OSError) as error:
+        pretrained.fetch(url, timeout=5)
+    assert url in str(error.value) and str(target) in str(error.value)
+    assert not list(target.parent.glob("*"))  # no partial file left behind
+
+
+def test_named_weights_load_from_the_cache(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    entry = pretrained.resolve("Ti/16", "augreg_in21k_ft_in1k")
+    source = keras_vit.ViT_Ti16(classifier_activation=None)
+    randomize_weights(source, scale=0.05)
+    target = pretrained.cache_path(entry.url)
+    target.parent.mkdir(parents=True)
+    checkpoints.save_npz(source, target)
+    model = keras_vit.ViT_Ti16(weights="augreg_in21k_ft_in1k", classifier_activation=None)
+    assert model.input_shape == (None, 224, 224, 3) and model.output_shape == (None, 1000)
+    images = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(model(images)), np.asarray(source(images)), atol=1e-5)
+    # Fine-tuning: another resolution and class count from the same file.
+    with caplog.at_level(logging.INFO):
+        tuned = keras_vit.ViT_Ti16(weights="augreg_in21k_ft_in1k", classes=10, image_size=288)
+    assert tuned.get_layer("position_embedding").embedding.shape == (1, 1 + 18 * 18, 192)
+    assert not tuned.get_layer("head").kernel.numpy().any()
+    assert "re-initialised" in caplog.text and "resized" in caplog.text
+
+
+def test_the_weights_url_form_downloads_then_loads(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    site, base = server
+    (site / "token.npz").write_bytes((FIXTURES / "token.npz").read_bytes())
+    model = keras_vit.ViT(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2,
+                          image_size=32, classes=10, classifier_activation=None, weights=base + "token.npz")
+    io = np.load(FIXTURES / "token_io.npz")
+    np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=1e-4)
