@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.layers import PositionEmbedding
+from keras_vit.variants import SIZES, STEMS
 
 # GroupNorm scale and bias are (C,) here and (1, 1, 1, C) in released files.
 GROUP_NORM = "group_norm"
@@ -93,6 +94,43 @@ def _square_grid(num_patches, key):
     return side, side
 
 
+def describe(arrays):
+    """What architecture an official checkpoint holds, read off its shapes.
+
+    Returns a name such as "ViT-B/16" or "R50+ViT-B/16" when the widths and
+    depth match a variant of the table, and the raw numbers in any case.
+    """
+    if "embedding/kernel" not in arrays:
+        return "not a ViT checkpoint (it has no 'embedding/kernel')"
+    patch, _, _, width = arrays["embedding/kernel"].shape
+    blocks = {int(m.group(1)) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
+    query = arrays.get("Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel")
+    heads = query.shape[1] if query is not None else None
+    stages = tuple(
+        len({k.split("/")[1] for k in arrays if k.startswith(f"block{i}/")})
+        for i in range(1, 5) if f"block{i}/unit1/conv1/kernel" in arrays
+    )
+    hybrid = "conv_root/kernel" in arrays
+    size = next((name for name, s in SIZES.items()
+                 if (s.hidden_size, s.num_layers, s.num_heads) == (width, len(blocks), heads)), None)
+    name = None
+    if size and not hybrid:
+        name = f"ViT-{size}/{patch}"
+    elif size:
+        stem = next((f"{key[0]}+ViT-{size}/{key[1]}" for key, s in STEMS.items()
+                     if s.resnet_num_layers == stages and s.patch_size == patch), None)
+        name = stem
+    details = f"hidden {width}, {len(blocks)} blocks, {heads} heads, patch {patch}"
+    if hybrid:
+        details += f", ResNet stages {stages}"
+    head = arrays.get("head/kernel")
+    if head is not None:
+        details += f", {head.shape[-1]} classes"
+    if "pre_logits/kernel" in arrays:
+        details += f", pre_logits {arrays['pre_logits/kernel'].shape[-1]}"
+    return f"{name} ({details})" if name else f"an unnamed configuration ({details})"
+
+
 def load_npz(model, path, source_grid_size=None):
     """Loads an official `.npz` checkpoint into a keras_vit model.
 
@@ -132,8 +170,8 @@ def load_npz(model, path, source_grid_size=None):
                     resized[layer_path] = _resize_tables(layer, arrays, source_grid_size)
                 value = resized[layer_path][name]
             elif layer_name == "head":
-                logging.info("Head of %s classes re-initialised to zeros for %s classes",
-                             value.shape[-1], weight.shape[-1])
+                logging.warning("The checkpoint's head has %s classes; the model's %s-class head is "
+                                "re-initialised to zeros", value.shape[-1], weight.shape[-1])
                 value = np.zeros(weight.shape, np.float32)
             else:
                 mismatched.append(f"{key}: model {tuple(weight.shape)} vs file {tuple(value.shape)}")
@@ -146,7 +184,8 @@ def load_npz(model, path, source_grid_size=None):
     unexpected = sorted(unexpected)
     if missing or unexpected or mismatched:
         raise ValueError(
-            f"The checkpoint {path} does not fit the model {model.name!r}.\n"
+            f"The checkpoint {path} does not fit the model {model.name!r}: it looks like "
+            f"{describe(arrays)}.\n"
             f"Missing keys: {missing}\nUnexpected keys: {unexpected}\n"
             f"Shape mismatches: {mismatched}"
         )

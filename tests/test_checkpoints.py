@@ -62,6 +62,7 @@ def test_another_architecture_is_refused_with_every_difference_named():
     with pytest.raises(ValueError) as error:
         checkpoints.load_npz(wrong, FIXTURES / "representation.npz")
     message = str(error.value)
+    assert "it looks like an unnamed configuration (hidden 64, 2 blocks, 4 heads, patch 8, 10 classes, pre_logits 32)" in message
     assert "Missing keys: ['Transformer/encoderblock_2/LayerNorm_0/scale'" in message
     assert "Unexpected keys: ['pre_logits/bias', 'pre_logits/kernel']" in message
 
@@ -134,3 +135,22 @@ def test_weights_argument_takes_an_npz_path():
     model = keras_vit.ViT(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2, image_size=32,
                           classes=10, classifier="gap", classifier_activation=None, weights=str(FIXTURES / "gap.npz"))
     np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=ATOL)
+
+
+def test_describe_names_official_variants_and_hybrids():
+    b16 = {checkpoints.official_key(w.path)[0]: np.zeros(w.shape, np.float32)
+           for w in keras_vit.ViT_B16(representation_size=768, classes=21843).weights}
+    assert checkpoints.describe(b16) == (
+        "ViT-B/16 (hidden 768, 12 blocks, 12 heads, patch 16, 21843 classes, pre_logits 768)")
+    hybrid = {checkpoints.official_key(w.path)[0]: np.zeros(w.shape, np.float32)
+              for w in keras_vit.R26_ViT_S32().weights}
+    assert checkpoints.describe(hybrid).startswith("R26+ViT-S/32 (hidden 384, 12 blocks, 6 heads, patch 1, ResNet stages (2, 2, 2, 2)")
+    assert "no 'embedding/kernel'" in checkpoints.describe({"foo": np.zeros(1)})
+
+
+def test_loading_a_b16_file_into_an_s16_model_names_the_file_variant(tmp_path):
+    path = tmp_path / "b.npz"
+    np.savez(path, **{checkpoints.official_key(w.path)[0]: np.zeros(w.shape, np.float32)
+                      for w in keras_vit.ViT_B32().weights})
+    with pytest.raises(ValueError, match=r"it looks like ViT-B/32 \(hidden 768"):
+        checkpoints.load_npz(keras_vit.ViT_S32(), path)
