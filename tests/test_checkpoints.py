@@ -154,3 +154,20 @@ def test_loading_a_b16_file_into_an_s16_model_names_the_file_variant(tmp_path):
                       for w in keras_vit.ViT_B32().weights})
     with pytest.raises(ValueError, match=r"it looks like ViT-B/32 \(hidden 768"):
         checkpoints.load_npz(keras_vit.ViT_S32(), path)
+
+
+def test_bicubic_load_is_pytorchs_interpolate():
+    """`interpolation="bicubic"` resizes as timm does (F.interpolate bicubic)."""
+    from keras_vit.resize import interpolation_matrix
+
+    io = np.load(FIXTURES / "bicubic_io.npz")
+    np.testing.assert_allclose(
+        np.asarray(interpolation_matrix(4, 6, "bicubic", "float64")), io["bicubic_matrix_4_to_6"], atol=1e-12)
+    c = CASES["bicubic"]
+    model = keras_vit.ViT(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2,
+                          image_size=tuple(c["image_size"]), classes=10, classifier_activation=None,
+                          interpolation="bicubic")
+    checkpoints.load_npz(model, FIXTURES / "bicubic.npz")
+    np.testing.assert_allclose(model.get_layer("position_embedding").embedding.numpy(),
+                               io["pos_embedding_resized"], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=ATOL)
