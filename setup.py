@@ -26,7 +26,7 @@ setup(
     extras_require={
         # The trainer: TFDS input pipelines, Model Garden augmentations and
         # strategies, and the embedded digits dataset from scikit-learn.
-        "train": ["tf-models-official~=2.20.0", "tensorflow-datasets", "scikit-learn"],
+        "train": ["tf-models-official~=2.20.0", "tensorflow-datasets", "importlib_resources", "scikit-learn"],
         # Export: the TFLite interpreter for verification and the Serving protos.
         "export": ["ai-edge-litert", "tensorflow-serving-api~=2.20.0"],
         "viz": ["matplotlib"],

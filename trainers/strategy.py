@@ -1,0 +1,49 @@
+"""The `tf.distribute` strategy a run asks for, or the best one that exists.
+
+`auto` picks a TPU when one resolves, else MirroredStrategy over the GPUs,
+else MultiWorkerMirroredStrategy when TF_CONFIG names several workers, else
+the default strategy on the CPU. Asking for a device that is not there fails
+at once with a message that says so.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("auto", "tpu", "gpu", "multi_worker", "cpu")
+
+
+def _tpu(tpu):
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        raise RuntimeError(
+            f"--strategy=tpu but no TPU could be reached (tpu={tpu!r}): {error}. "
+            "Run on a TPU VM or pass --tpu=NAME, or use --strategy=auto|gpu|cpu."
+        ) from error
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _workers():
+    config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+    return len(config.get("cluster", {}).get("worker", []))
+
+
+def make_strategy(name="auto", tpu=""):
+    """Returns `(strategy, kind)` with kind in tpu, gpu, multi_worker, cpu."""
+    if name not in STRATEGIES:
+        raise ValueError(f"`strategy` must be one of {STRATEGIES}; received strategy={name!r}")
+    if name == "tpu" or (name == "auto" and (tpu or os.environ.get("TPU_NAME"))):
+        return _tpu(tpu or os.environ.get("TPU_NAME", "")), "tpu"
+    if name == "gpu" or (name == "auto" and tf.config.list_physical_devices("GPU")):
+        if not tf.config.list_physical_devices("GPU"):
+            raise RuntimeError("--strategy=gpu but TensorFlow sees no GPU; use --strategy=auto or cpu.")
+        return tf.distribute.MirroredStrategy(), "gpu"
+    if name == "multi_worker" or (name == "auto" and _workers() > 1):
+        if not _workers():
+            raise RuntimeError("--strategy=multi_worker needs TF_CONFIG naming the cluster's workers.")
+        return tf.distribute.MultiWorkerMirroredStrategy(), "multi_worker"
+    return tf.distribute.get_strategy(), "cpu"

@@ -1,0 +1,233 @@
+"""Trains a ViT: `python -m trainers.train --recipe=NAME --model_dir=DIR [--FIELD=VALUE ...]`.
+
+With no recipe it trains the embedded default (`digits`). Every field of
+`trainers.recipes.Recipe` is a flag. The run checkpoints every
+`checkpoint_every` steps into `model_dir/checkpoints` and, started again with
+the same command, resumes from the last checkpoint with its step, optimiser
+state, schedule and data order. At the end it evaluates, and writes
+`model_dir/model.keras`, `model_dir/model.npz` (official format) and
+`model_dir/metrics.json`.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+
+import keras_vit  # noqa: E402
+from trainers import data, optimization, recipes  # noqa: E402
+from trainers.strategy import STRATEGIES, make_strategy  # noqa: E402
+
+_RECIPE = flags.DEFINE_enum("recipe", "digits", list(recipes.RECIPES), "Named recipe to start from.")
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "Where checkpoints, logs and the final model go.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory (default ~/tensorflow_datasets).")
+_STRATEGY = flags.DEFINE_enum("strategy", "auto", list(STRATEGIES), "tf.distribute strategy.")
+_TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
+_DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Enable TF op determinism (reproducible on CPU).")
+
+
+def _define_recipe_flags():
+    """One flag per recipe field, named as the field; unset flags keep the recipe's value."""
+    for name, field in recipes.FIELDS.items():
+        help_text = f"Recipe field {name} (default: the recipe's)."
+        if field.type in (bool, "bool"):
+            flags.DEFINE_bool(name, None, help_text)
+        elif field.type in (int, "int"):
+            flags.DEFINE_integer(name, None, help_text)
+        elif field.type in (float, "float"):
+            flags.DEFINE_float(name, None, help_text)
+        else:
+            flags.DEFINE_string(name, None, help_text)
+
+
+_define_recipe_flags()
+
+
+def resolve_recipe(name, overrides):
+    """The named recipe with `overrides` applied and validated."""
+    unknown = set(overrides) - set(recipes.FIELDS)
+    if unknown:
+        raise ValueError(f"Unknown recipe fields {sorted(unknown)}; known: {sorted(recipes.FIELDS)}")
+    return recipes.validate(recipes.RECIPES[name].replace(**overrides))
+
+
+def build_model(recipe, source):
+    """The recipe's ViT for `source`'s channels and classes (pretrained weights loaded)."""
+    fields = keras_vit.decode_variant(recipe.variant) if recipe.variant else {}
+    for name in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers"):
+        if getattr(recipe, name):
+            fields[name] = getattr(recipe, name)
+    weights = recipe.pretrained or None
+    if weights and not weights.endswith((".npz", ".weights.h5")):
+        weights = keras_vit.pretrained.resolve(recipe.variant, weights).url
+    return keras_vit.ViT(
+        **fields,
+        input_shape=(recipe.image_size, recipe.image_size, source.channels),
+        classes=source.num_classes,
+        classifier_activation=None,
+        classifier=recipe.classifier,
+        representation_size=recipe.representation_size or None,
+        position_embedding=recipe.position_embedding,
+        dropout_rate=recipe.dropout_rate,
+        attention_dropout_rate=recipe.attention_dropout_rate,
+        drop_path_rate=recipe.drop_path_rate,
+        weights=weights,
+        name="vit",
+    )
+
+
+class StepLogger(keras.callbacks.Callback):
+    """Stops on a NaN or infinite loss (naming the step) and logs images/s."""
+
+    def __init__(self, batch_size, writer):
+        super().__init__()
+        self.batch_size = batch_size
+        self.writer = writer
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start_time = time.perf_counter()
+        self.start_step = int(self.model.optimizer.iterations)
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            raise FloatingPointError(
+                f"The training loss is {float(loss)} at step {int(self.model.optimizer.iterations)}; "
+                "stopping. The last good checkpoint is kept.")
+
+    def on_epoch_end(self, epoch, logs=None):
+        steps = int(self.model.optimizer.iterations) - self.start_step
+        rate = steps * self.batch_size / (time.perf_counter() - self.start_time)
+        logs["images_per_second"] = rate
+        with self.writer.as_default(step=int(self.model.optimizer.iterations)):
+            tf.summary.scalar("images_per_second", rate)
+
+
+def _checkpoint_dir(model_dir, strategy):
+    """Workers other than the chief write to a scratch directory (removed later)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type or (resolver.task_type, resolver.task_id) in (
+            ("chief", 0), ("worker", 0)) and not any(
+            t == "chief" for t in resolver.cluster_spec().jobs):
+        return model_dir / "checkpoints", True
+    if resolver.task_type == "chief":
+        return model_dir / "checkpoints", True
+    return model_dir / f"checkpoints_worker_{resolver.task_id}", False
+
+
+def _atomic_save_keras(model, path):
+    tmp = path.with_name(path.name + ".tmp.keras")
+    model.save(tmp)
+    os.replace(tmp, path)
+
+
+def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
+    """Trains `recipe` in `model_dir` under `strategy`; returns the final metrics."""
+    model_dir = pathlib.Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    saved = model_dir / "recipe.json"
+    if saved.exists() and json.loads(saved.read_text()) != dataclasses.asdict(recipe):
+        raise ValueError(
+            f"{model_dir} holds a run of another recipe ({saved}); use a new --model_dir or the same flags")
+    tmp = saved.with_name("recipe.json.tmp")
+    tmp.write_text(recipe.to_json())
+    os.replace(tmp, saved)
+
+    policy = recipe.mixed_precision
+    if policy == "auto":
+        policy = "bfloat16" if kind in ("tpu", "gpu") else "float32"
+    keras.mixed_precision.set_global_policy("mixed_bfloat16" if policy == "bfloat16" else "float32")
+    keras.utils.set_random_seed(recipe.seed)
+
+    train_source = data.load(recipe.dataset, recipe.train_split, data_dir, recipe.num_classes)
+    eval_source = data.load(recipe.dataset, recipe.eval_split, data_dir, recipe.num_classes)
+    with strategy.scope():
+        model = build_model(recipe, train_source)
+        optimizer = optimization.make_optimizer(recipe, model)
+        model.compile(
+            optimizer=optimizer,
+            loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
+                     keras.metrics.TopKCategoricalAccuracy(k=5, name="top5")],
+            jit_compile=recipe.jit_compile,
+            steps_per_execution=recipe.steps_per_execution,
+        )
+        optimizer.build(model.trainable_variables)
+    # Variables by position: weights, seed-generator states, optimiser slots and step.
+    checkpoint = tf.train.Checkpoint(model=list(model.variables), optimizer=list(optimizer.variables))
+    directory, is_chief = _checkpoint_dir(model_dir, strategy)
+    manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=2)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, int(optimizer.iterations))
+
+    writer = tf.summary.create_file_writer(str(model_dir / "logs" / "train"))
+    callbacks = [StepLogger(recipe.batch_size, writer),
+                 keras.callbacks.TensorBoard(str(model_dir / "logs"), update_freq="epoch")]
+    verbose = "auto" if sys.stdout.isatty() else 2
+    chunks = math.ceil(recipe.train_steps / recipe.checkpoint_every)
+    step = int(optimizer.iterations)
+    while step < recipe.train_steps:
+        steps = min(recipe.checkpoint_every, recipe.train_steps - step)
+        stream = strategy.distribute_datasets_from_function(
+            lambda context, start=step, steps=steps: data.train_dataset(
+                recipe, train_source, recipe.batch_size, start, steps, context))
+        chunk = step // recipe.checkpoint_every
+        model.fit(stream, steps_per_epoch=steps, initial_epoch=chunk, epochs=chunk + 1,
+                  callbacks=callbacks, verbose=verbose)
+        step = int(optimizer.iterations)
+        manager.save(checkpoint_number=step)
+    if not is_chief:
+        tf.io.gfile.rmtree(str(directory))
+
+    eval_stream = strategy.distribute_datasets_from_function(
+        lambda context: data.eval_dataset(recipe, eval_source, recipe.batch_size, context))
+    results = model.evaluate(eval_stream, verbose=verbose, return_dict=True)
+    metrics = {"step": step, "eval_loss": results["loss"], "eval_top1": results["top1"],
+               "eval_top5": results["top5"], "eval_examples": eval_source.num_examples}
+    if is_chief:
+        _atomic_save_keras(model, model_dir / "model.keras")
+        keras_vit.save_npz(model, model_dir / "model.npz")
+        (model_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    return metrics
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not _MODEL_DIR.value:
+        raise app.UsageError("--model_dir is required (where checkpoints and the final model go)")
+    overrides = {name: flags.FLAGS[name].value for name in recipes.FIELDS if flags.FLAGS[name].value is not None}
+    try:
+        recipe = resolve_recipe(_RECIPE.value, overrides)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
+    if _DETERMINISTIC.value:
+        tf.config.experimental.enable_op_determinism()
+    strategy, kind = make_strategy(_STRATEGY.value, _TPU.value)
+    logging.info("Recipe %s on %s (%d replicas):\n%s", _RECIPE.value, kind,
+                 strategy.num_replicas_in_sync, recipe.to_json())
+    try:
+        metrics = train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value)
+    except FloatingPointError as error:
+        logging.error("%s", error)
+        return 1
+    model_dir = pathlib.Path(_MODEL_DIR.value)
+    print(f"test top-1 {metrics['eval_top1']:.4f}  top-5 {metrics['eval_top5']:.4f}  "
+          f"loss {metrics['eval_loss']:.4f}  ({metrics['eval_examples']} examples, step {metrics['step']})")
+    print(f"final model: {model_dir / 'model.keras'}\nofficial-format weights: {model_dir / 'model.npz'}")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
