@@ -19,7 +19,7 @@ def _tpu(tpu):
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
-    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+    except (ValueError, RuntimeError, OSError, tf.errors.OpError) as error:  # OSError: no metadata server
         raise RuntimeError(
             f"--strategy=tpu but no TPU could be reached (tpu={tpu!r}): {error}. "
             "Run on a TPU VM or pass --tpu=NAME, or use --strategy=auto|gpu|cpu."

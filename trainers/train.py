@@ -132,7 +132,7 @@ def _atomic_save_keras(model, path):
 
 
 def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
-    """Trains `recipe` in `model_dir` under `strategy`; returns the final metrics."""
+    """Trains `recipe` in `model_dir` under `strategy`; returns `(model, metrics)`."""
     model_dir = pathlib.Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     saved = model_dir / "recipe.json"
@@ -199,7 +199,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
         _atomic_save_keras(model, model_dir / "model.keras")
         keras_vit.save_npz(model, model_dir / "model.npz")
         (model_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    return metrics
+    return model, metrics
 
 
 def main(argv):
@@ -218,7 +218,7 @@ def main(argv):
     logging.info("Recipe %s on %s (%d replicas):\n%s", _RECIPE.value, kind,
                  strategy.num_replicas_in_sync, recipe.to_json())
     try:
-        metrics = train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value)
+        _, metrics = train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value)
     except FloatingPointError as error:
         logging.error("%s", error)
         return 1

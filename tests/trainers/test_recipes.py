@@ -1,0 +1,42 @@
+import dataclasses
+
+import pytest
+
+from trainers import recipes
+from trainers.train import resolve_recipe
+
+
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+def test_every_recipe_is_valid_and_documented(name):
+    recipe = recipes.validate(recipes.RECIPES[name])
+    assert len(recipe.description) > 80
+
+
+def test_the_papers_numbers():
+    pre = recipes.RECIPES["vit_i21k_pretrain"]
+    assert (pre.optimizer, pre.beta_1, pre.beta_2, pre.batch_size, pre.warmup_steps, pre.schedule,
+            pre.weight_decay, pre.dropout_rate) == ("adamw", 0.9, 0.999, 4096, 10_000, "linear", 0.03, 0.1)
+    ft = recipes.RECIPES["vit_finetune"]
+    assert (ft.optimizer, ft.momentum, ft.batch_size, ft.schedule, ft.weight_decay, ft.grad_clip_norm,
+            ft.image_size) == ("sgd", 0.9, 512, "cosine", 0.0, 1.0, 384)
+    deit = recipes.RECIPES["deit"]
+    assert (deit.learning_rate, deit.lr_batch_reference, deit.weight_decay, deit.randaugment_magnitude,
+            deit.randaugment_magnitude_std, deit.mixup_alpha, deit.cutmix_alpha, deit.label_smoothing,
+            deit.random_erasing, deit.drop_path_rate) == (5e-4, 512, 0.05, 9.0, 0.5, 0.8, 1.0, 0.1, 0.25, 0.1)
+    assert deit.train_steps == 300 * 1251 and deit.warmup_steps == 5 * 1251  # 1,281,167 / 1024 per epoch
+
+
+def test_overrides_and_their_errors():
+    recipe = resolve_recipe("digits", {"learning_rate": 0.5, "flip": True})
+    assert recipe.learning_rate == 0.5 and recipe.flip and recipe.hidden_size == 64
+    with pytest.raises(ValueError, match=r"Unknown recipe fields \['lerning_rate'\]"):
+        resolve_recipe("digits", {"lerning_rate": 0.5})
+    with pytest.raises(ValueError, match=r"`optimizer` must be one of \('adam', 'adamw', 'sgd'\); received optimizer='rmsprop'"):
+        resolve_recipe("digits", {"optimizer": "rmsprop"})
+    with pytest.raises(ValueError, match="received batch_size=0"):
+        resolve_recipe("digits", {"batch_size": 0})
+
+
+def test_recipes_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        recipes.RECIPES["digits"].batch_size = 1

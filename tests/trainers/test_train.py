@@ -1,0 +1,158 @@
+"""End to end: the trainer trains, resumes exactly, stops on NaN, honours the
+strategy, and rejects bad flags. Each run is a tiny digits ViT."""
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[2]
+TINY_FLAGS = ["--hidden_size=32", "--mlp_dim=64", "--num_heads=2", "--num_layers=1", "--batch_size=16",
+              "--steps_per_execution=5", "--warmup_steps=5"]
+
+
+def run(args, **kwargs):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("tfds"))
+
+
+def trainer(model_dir, data_dir, *extra):
+    return ["trainers.train", f"--model_dir={model_dir}", f"--data_dir={data_dir}", *TINY_FLAGS, *extra]
+
+
+def final_weights(model_dir):
+    with np.load(pathlib.Path(model_dir) / "model.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+@pytest.mark.slow
+def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
+    result = run(trainer(tmp_path, data_dir, "--train_steps=150", "--checkpoint_every=50", "--learning_rate=3e-3"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "test top-1" in result.stdout and (tmp_path / "model.keras").exists()
+    losses = [float(line.split("loss: ")[1].split()[0]) for line in result.stdout.splitlines()
+              if line.startswith("50/50")]
+    assert len(losses) == 3 and losses[-1] < losses[0]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["step"] == 150 and metrics["eval_examples"] == 360 and metrics["eval_top1"] > 0.3
+    assert json.loads((tmp_path / "recipe.json").read_text())["train_steps"] == 150
+    assert list((tmp_path / "logs").rglob("events.out.tfevents.*"))  # TensorBoard
+    import keras_vit  # the .npz is the official format
+    model = keras_vit.ViT(patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1,
+                          input_shape=(8, 8, 1), classes=10, classifier="gap")
+    keras_vit.load_npz(model, tmp_path / "model.npz")
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_dir):
+    flags = ["--train_steps=60", "--checkpoint_every=20", "--deterministic", "--drop_path_rate=0.1"]
+    whole = run(trainer(tmp_path / "whole", data_dir, *flags))
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    killed_dir = tmp_path / "killed"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    process = subprocess.Popen([sys.executable, "-m", *trainer(killed_dir, data_dir, *flags)], cwd=ROOT,
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not list(killed_dir.glob("checkpoints/ckpt-20.index")) and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (killed_dir / "model.npz").exists(), "the run finished before it could be killed"
+
+    resumed = run(trainer(killed_dir, data_dir, *flags))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Resumed from" in resumed.stderr
+    a, b = final_weights(tmp_path / "whole"), final_weights(killed_dir)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.slow
+def test_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, data_dir):
+    good = run(trainer(tmp_path, data_dir, "--train_steps=20", "--checkpoint_every=10"))
+    assert good.returncode == 0
+    (tmp_path / "model.npz").unlink()
+    recipe = json.loads((tmp_path / "recipe.json").read_text())
+    recipe.update(train_steps=40, learning_rate=1e30, warmup_steps=0, schedule="constant")
+    # A new run directory seeded with the good checkpoint, then a diverging recipe.
+    bad = tmp_path / "bad"
+    (bad / "checkpoints").mkdir(parents=True)
+    for f in (tmp_path / "checkpoints").iterdir():
+        (bad / "checkpoints" / f.name).write_bytes(f.read_bytes())
+    result = run(trainer(bad, data_dir, "--train_steps=40", "--checkpoint_every=10", "--learning_rate=1e30",
+                         "--warmup_steps=0", "--schedule=constant"))
+    assert result.returncode == 1
+    assert "The training loss is nan at step" in result.stderr or "The training loss is inf at step" in result.stderr
+    state = (bad / "checkpoints" / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "ckpt-20"' in state and not (bad / "model.npz").exists()
+
+
+@pytest.mark.slow
+def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
+    outs = {}
+    for mode in ("one", "mirrored"):
+        out = tmp_path / f"{mode}.npz"
+        result = run(["tests.trainers.worker", str(tmp_path / mode), data_dir, mode, str(out)])
+        assert result.returncode == 0, result.stderr[-3000:]
+        outs[mode] = np.load(out)
+    assert int(outs["one"]["replicas"]) == 1 and int(outs["mirrored"]["replicas"]) == 2
+    weights = [k for k in outs["one"].files if k.startswith("w")]
+    for key in weights:
+        np.testing.assert_allclose(outs["one"][key], outs["mirrored"][key], atol=2e-5, err_msg=key)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
+    cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
+    processes = []
+    for index in range(2):
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+               "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+        processes.append(subprocess.Popen(
+            [sys.executable, "-m", "tests.trainers.worker", str(tmp_path / "run"), data_dir, "multi_worker",
+             str(tmp_path / f"worker{index}.npz")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+    for process in processes:
+        _, err = process.communicate(timeout=600)
+        assert process.returncode == 0, err[-3000:]
+    a, b = np.load(tmp_path / "worker0.npz"), np.load(tmp_path / "worker1.npz")
+    assert int(a["replicas"]) == 2
+    for key in (k for k in a.files if k.startswith("w")):
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert (tmp_path / "run" / "model.npz").exists() and not (tmp_path / "run" / "checkpoints_worker_1").exists()
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--optimizer=rmsprop", "`optimizer` must be one of"),
+    ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of <auto|tpu|gpu|multi_worker|cpu>"),
+    ("--recipe=imagenet", "flag --recipe=imagenet: value should be one of"),
+    ("--batch_size=0", "received batch_size=0"),
+])
+def test_bad_flags_are_rejected_with_a_message(tmp_path, flag, message):
+    result = run(["trainers.train", f"--model_dir={tmp_path}", flag])
+    assert result.returncode != 0 and message in result.stderr
+
+
+def test_model_dir_is_required():
+    result = run(["trainers.train"])
+    assert result.returncode != 0 and "--model_dir is required" in result.stderr
