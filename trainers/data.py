@@ -166,7 +166,15 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps, input_con
             return images, onehot * (1.0 - smoothing) + smoothing / num_classes
 
         stream = stream.map(soft_labels, num_parallel_calls=AUTOTUNE)
-    return stream.prefetch(AUTOTUNE)
+    return _shard_by_data(stream.prefetch(AUTOTUNE))
+
+
+def _shard_by_data(ds):
+    # Workers of a multi-worker strategy take every n-th global batch of the
+    # same deterministic stream (tf.distribute splits each batch over replicas).
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
 
 
 def eval_dataset(recipe, source, global_batch, input_context=None):
@@ -174,4 +182,4 @@ def eval_dataset(recipe, source, global_batch, input_context=None):
     ds, _, _, batch_size = _split(source.dataset, source.num_examples, global_batch, input_context)
     ds = ds.map(lambda image, label: (eval_image(image, recipe), tf.one_hot(label, source.num_classes)),
                 num_parallel_calls=AUTOTUNE, deterministic=True)
-    return ds.batch(batch_size).prefetch(AUTOTUNE)
+    return _shard_by_data(ds.batch(batch_size).prefetch(AUTOTUNE))

@@ -125,10 +125,10 @@ RECIPES = {
             "top-1 in a few minutes on 2 CPU cores. `python -m trainers.train --model_dir=/tmp/digits`"
         ),
         patch_size=2, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4, image_size=8,
-        classifier="gap", dataset="keras_vit_digits", train_crop="resize", flip=False,
+        classifier="gap", drop_path_rate=0.1, dataset="keras_vit_digits", train_crop="resize", flip=False,
         eval_crop_fraction=1.0, random_shift=1, label_smoothing=0.1,
         optimizer="adamw", learning_rate=2e-3, weight_decay=0.05, schedule="cosine",
-        warmup_steps=100, batch_size=64, train_steps=3000, steps_per_execution=25,
+        warmup_steps=100, batch_size=64, train_steps=4000, steps_per_execution=25,
         checkpoint_every=500, mixed_precision="float32",
     ),
     "vit_i21k_pretrain": Recipe(

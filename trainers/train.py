@@ -86,6 +86,11 @@ def build_model(recipe, source):
     )
 
 
+def current_step(optimizer):
+    """The optimiser's step counter as an int (a mirrored variable under tf.distribute)."""
+    return int(tf.convert_to_tensor(optimizer.iterations.value))
+
+
 class StepLogger(keras.callbacks.Callback):
     """Stops on a NaN or infinite loss (naming the step) and logs images/s."""
 
@@ -96,20 +101,20 @@ class StepLogger(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self.start_time = time.perf_counter()
-        self.start_step = int(self.model.optimizer.iterations)
+        self.start_step = current_step(self.model.optimizer)
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
             raise FloatingPointError(
-                f"The training loss is {float(loss)} at step {int(self.model.optimizer.iterations)}; "
+                f"The training loss is {float(loss)} at step {current_step(self.model.optimizer)}; "
                 "stopping. The last good checkpoint is kept.")
 
     def on_epoch_end(self, epoch, logs=None):
-        steps = int(self.model.optimizer.iterations) - self.start_step
+        steps = current_step(self.model.optimizer) - self.start_step
         rate = steps * self.batch_size / (time.perf_counter() - self.start_time)
         logs["images_per_second"] = rate
-        with self.writer.as_default(step=int(self.model.optimizer.iterations)):
+        with self.writer.as_default(step=current_step(self.model.optimizer)):
             tf.summary.scalar("images_per_second", rate)
 
 
@@ -123,6 +128,37 @@ def _checkpoint_dir(model_dir, strategy):
     if resolver.task_type == "chief":
         return model_dir / "checkpoints", True
     return model_dir / f"checkpoints_worker_{resolver.task_id}", False
+
+
+def _fit_multi_worker(model, dataset, strategy):
+    """Works around two Keras 3.15 faults under MultiWorkerMirroredStrategy.
+
+    1. `fit` starts by reducing a distributed batch across workers in eager
+       mode only to learn its shapes (`_maybe_symbolic_build`), which fails
+       ("Attempt to convert a value (PerReplica...)"). Building the compiled
+       loss and metrics here from a local batch leaves it nothing to do.
+    2. Its per-step log reduction calls `strategy.reduce("MEAN", v, axis=0)`
+       on scalar logs ("Invalid reduction dimension 0"); scalars are reduced
+       with `axis=None` instead. Remove both when Keras fixes them.
+    """
+    from keras.src.backend.tensorflow import trainer as keras_trainer
+
+    batch = next(iter(dataset.take(1)))
+    with strategy.scope():
+        model._symbolic_build(data_batch=batch)
+    model._maybe_symbolic_build = lambda iterator=None, data_batch=None: None
+    original = keras_trainer.reduce_per_replica
+    if getattr(original, "keras_vit_patched", False):
+        return
+
+    def reduce_per_replica(values, strategy, reduction):
+        if reduction in ("auto", "mean") and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return tf.nest.map_structure(
+                lambda v: strategy.reduce("MEAN", v, axis=0 if v.shape.rank else None), values)
+        return original(values, strategy, reduction)
+
+    reduce_per_replica.keras_vit_patched = True
+    keras_trainer.reduce_per_replica = reduce_per_replica
 
 
 def _atomic_save_keras(model, path):
@@ -147,10 +183,19 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
     if policy == "auto":
         policy = "bfloat16" if kind in ("tpu", "gpu") else "float32"
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if policy == "bfloat16" else "float32")
-    keras.utils.set_random_seed(recipe.seed)
 
     train_source = data.load(recipe.dataset, recipe.train_split, data_dir, recipe.num_classes)
     eval_source = data.load(recipe.dataset, recipe.eval_split, data_dir, recipe.num_classes)
+    steps_per_execution = recipe.steps_per_execution
+    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    mirrored = multi_worker or isinstance(strategy, tf.distribute.MirroredStrategy)
+    if mirrored and steps_per_execution > 1:
+        # Keras 3.15's multi-step loop fails under (multi-worker) mirrored
+        # strategies: "You must feed a value for placeholder tensor" (BUILD.md).
+        logging.warning("steps_per_execution=1 under %s (Keras 3.15)", type(strategy).__name__)
+        steps_per_execution = 1
+    # Seeded after the data is opened: preparing a TFDS dataset draws random numbers.
+    keras.utils.set_random_seed(recipe.seed)
     with strategy.scope():
         model = build_model(recipe, train_source)
         optimizer = optimization.make_optimizer(recipe, model)
@@ -160,38 +205,37 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
             metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
                      keras.metrics.TopKCategoricalAccuracy(k=5, name="top5")],
             jit_compile=recipe.jit_compile,
-            steps_per_execution=recipe.steps_per_execution,
+            steps_per_execution=steps_per_execution,
         )
         optimizer.build(model.trainable_variables)
+    if multi_worker:
+        _fit_multi_worker(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), strategy)
     # Variables by position: weights, seed-generator states, optimiser slots and step.
     checkpoint = tf.train.Checkpoint(model=list(model.variables), optimizer=list(optimizer.variables))
     directory, is_chief = _checkpoint_dir(model_dir, strategy)
     manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=2)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, int(optimizer.iterations))
+        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, current_step(optimizer))
 
     writer = tf.summary.create_file_writer(str(model_dir / "logs" / "train"))
     callbacks = [StepLogger(recipe.batch_size, writer),
                  keras.callbacks.TensorBoard(str(model_dir / "logs"), update_freq="epoch")]
     verbose = "auto" if sys.stdout.isatty() else 2
     chunks = math.ceil(recipe.train_steps / recipe.checkpoint_every)
-    step = int(optimizer.iterations)
+    step = current_step(optimizer)
     while step < recipe.train_steps:
         steps = min(recipe.checkpoint_every, recipe.train_steps - step)
-        stream = strategy.distribute_datasets_from_function(
-            lambda context, start=step, steps=steps: data.train_dataset(
-                recipe, train_source, recipe.batch_size, start, steps, context))
+        stream = data.train_dataset(recipe, train_source, recipe.batch_size, step, steps)
         chunk = step // recipe.checkpoint_every
         model.fit(stream, steps_per_epoch=steps, initial_epoch=chunk, epochs=chunk + 1,
                   callbacks=callbacks, verbose=verbose)
-        step = int(optimizer.iterations)
+        step = current_step(optimizer)
         manager.save(checkpoint_number=step)
     if not is_chief:
         tf.io.gfile.rmtree(str(directory))
 
-    eval_stream = strategy.distribute_datasets_from_function(
-        lambda context: data.eval_dataset(recipe, eval_source, recipe.batch_size, context))
+    eval_stream = data.eval_dataset(recipe, eval_source, recipe.batch_size)
     results = model.evaluate(eval_stream, verbose=verbose, return_dict=True)
     metrics = {"step": step, "eval_loss": results["loss"], "eval_top1": results["top1"],
                "eval_top5": results["top5"], "eval_examples": eval_source.num_examples}

@@ -40,18 +40,19 @@ def final_weights(model_dir):
 
 @pytest.mark.slow
 def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
-    result = run(trainer(tmp_path, data_dir, "--train_steps=150", "--checkpoint_every=50", "--learning_rate=3e-3"))
+    result = run(trainer(tmp_path, data_dir, "--train_steps=300", "--checkpoint_every=100", "--hidden_size=64",
+                         "--mlp_dim=128", "--num_heads=4"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "test top-1" in result.stdout and (tmp_path / "model.keras").exists()
     losses = [float(line.split("loss: ")[1].split()[0]) for line in result.stdout.splitlines()
-              if line.startswith("50/50")]
+              if line.startswith("100/100")]
     assert len(losses) == 3 and losses[-1] < losses[0]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["step"] == 150 and metrics["eval_examples"] == 360 and metrics["eval_top1"] > 0.3
-    assert json.loads((tmp_path / "recipe.json").read_text())["train_steps"] == 150
+    assert metrics["step"] == 300 and metrics["eval_examples"] == 360 and metrics["eval_top1"] > 0.2  # chance: 0.1
+    assert json.loads((tmp_path / "recipe.json").read_text())["train_steps"] == 300
     assert list((tmp_path / "logs").rglob("events.out.tfevents.*"))  # TensorBoard
     import keras_vit  # the .npz is the official format
-    model = keras_vit.ViT(patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1,
+    model = keras_vit.ViT(patch_size=2, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=1,
                           input_shape=(8, 8, 1), classes=10, classifier="gap")
     keras_vit.load_npz(model, tmp_path / "model.npz")
 
@@ -123,6 +124,9 @@ def _free_port():
 
 @pytest.mark.slow
 def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
+    from trainers import data
+
+    data.load("keras_vit_digits", "train", data_dir)  # prepared once, not by two workers racing
     cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
     processes = []
     for index in range(2):
