@@ -10,7 +10,7 @@ import pytest
 import keras_vit
 
 MODULES = sorted(
-    name for _, name, _ in pkgutil.walk_packages(keras_vit.__path__, "keras_vit.") if name != "keras_vit.demo"
+    name for _, name, _ in pkgutil.walk_packages(keras_vit.__path__, "keras_vit.")
 )
 
 
