@@ -25,7 +25,7 @@ def load_model(path, variant=None, image_size=None, classes=None, **model_kwargs
     """
     path = str(path)
     if path.endswith(".keras"):
-        return keras.models.load_model(path)
+        return keras.models.load_model(path, compile=False)  # no training state needed
     if not path.endswith(".npz"):
         raise ValueError(f"`model` must be a .keras file or an official .npz checkpoint; received {path!r}")
     if not variant:

@@ -162,8 +162,13 @@ def _fit_multi_worker(model, dataset, strategy):
 
 
 def _atomic_save_keras(model, path):
+    """Saves the model without its training state, under a temporary name first.
+
+    An uncompiled twin (same layers) is saved: the optimiser's schedule lives
+    in `trainers`, and the file must load where only keras_vit is installed.
+    """
     tmp = path.with_name(path.name + ".tmp.keras")
-    model.save(tmp)
+    keras.Model(model.inputs, model.outputs, name=model.name).save(tmp)
     os.replace(tmp, path)
 
 

@@ -1,0 +1,80 @@
+"""`python -m export --model=PATH --format=saved_model|tflite --output=DIR [...]`.
+
+Also `python -m export --inspect=DIR` to print an export's metadata and
+signatures. The model is a `.keras` file or an official `.npz` with
+`--variant`; it is read through keras_vit's own loaders.
+"""
+
+import dataclasses
+import glob
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from export import loading, saved_model  # noqa: E402
+
+FORMATS = ("saved_model", "tflite")
+_MODEL = flags.DEFINE_string("model", None, "A .keras file, or an official .npz (with --variant).")
+_VARIANT = flags.DEFINE_string("variant", None, "keras_vit variant of an .npz, e.g. B/16.")
+_IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Resolution for an .npz (default: the checkpoint's).")
+_FORMAT = flags.DEFINE_enum("format", "saved_model", FORMATS, "What to write.")
+_OUTPUT = flags.DEFINE_string("output", None, "SavedModel: the TF Serving base path; TFLite: a new directory.")
+_NAME = flags.DEFINE_string("name", "vit", "Model name (TF Serving directory under --output).")
+_VERSION = flags.DEFINE_integer("version", None, "TF Serving version (default: the next free one).")
+_LABELS = flags.DEFINE_string("labels", None, "A text file of class names, one per line, in class order.")
+_TOP_K = flags.DEFINE_integer("top_k", 5, "Classes in the top-k outputs.")
+_CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of decoded images (1.0: none).")
+_QUANTIZE = flags.DEFINE_enum("quantize", "none", ["none", "float16", "dynamic", "int8"], "TFLite quantisation.")
+_IMAGES = flags.DEFINE_string("images", None, "Glob of real JPEG/PNG images: TFLite verification and int8 calibration.")
+_FORCE = flags.DEFINE_bool("force", False, "Write a TFLite model that misses its agreement threshold.")
+_INSPECT = flags.DEFINE_string("inspect", None, "Print the metadata and signatures of an export and exit.")
+
+
+def read_images(pattern, model):
+    """Decodes the files matching `pattern` to model inputs in [-1, 1]."""
+    files = sorted(glob.glob(pattern))
+    if not files:
+        raise app.UsageError(f"--images={pattern!r} matches no file")
+    module = saved_model.ServingModule(model, saved_model.Preprocessing.for_model(model, _CROP.value))
+    data = tf.constant([pathlib.Path(f).read_bytes() for f in files])
+    return module._images_to_inputs(data).numpy()
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if _INSPECT.value:
+        print(saved_model.inspect(_INSPECT.value))
+        return 0
+    if not _MODEL.value or not _OUTPUT.value:
+        raise app.UsageError("--model and --output are required (or --inspect=DIR)")
+    try:
+        model = loading.load_model(_MODEL.value, _VARIANT.value, _IMAGE_SIZE.value)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
+    labels = pathlib.Path(_LABELS.value).read_text().splitlines() if _LABELS.value else None
+    if _FORMAT.value == "saved_model":
+        path = saved_model.export_saved_model(model, _OUTPUT.value, _NAME.value, _VERSION.value, labels,
+                                              _CROP.value, _TOP_K.value, metadata={"source": _MODEL.value})
+        print(f"SavedModel written to {path}")
+        print(saved_model.inspect(path))
+        return 0
+    from export import tflite
+
+    if not _IMAGES.value:
+        raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
+    images = read_images(_IMAGES.value, model)
+    result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=images,
+                                  verify_images=images, labels=labels, force=_FORCE.value,
+                                  metadata={"source": _MODEL.value, **dataclasses.asdict(
+                                      saved_model.Preprocessing.for_model(model, _CROP.value))})
+    tflite.print_table([{"quantize": _QUANTIZE.value, **result}])
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
