@@ -118,16 +118,14 @@ class StepLogger(keras.callbacks.Callback):
             tf.summary.scalar("images_per_second", rate)
 
 
-def _checkpoint_dir(model_dir, strategy):
-    """Workers other than the chief write to a scratch directory (removed later)."""
+def _is_chief(strategy):
+    """The task that writes: "chief", or worker 0 when the cluster has no chief."""
     resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type or (resolver.task_type, resolver.task_id) in (
-            ("chief", 0), ("worker", 0)) and not any(
-            t == "chief" for t in resolver.cluster_spec().jobs):
-        return model_dir / "checkpoints", True
+    if resolver is None or not resolver.task_type:
+        return True
     if resolver.task_type == "chief":
-        return model_dir / "checkpoints", True
-    return model_dir / f"checkpoints_worker_{resolver.task_id}", False
+        return True
+    return "chief" not in resolver.cluster_spec().jobs and (resolver.task_type, resolver.task_id) == ("worker", 0)
 
 
 def _fit_multi_worker(model, dataset, strategy):
@@ -217,17 +215,20 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
         _fit_multi_worker(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), strategy)
     # Variables by position: weights, seed-generator states, optimiser slots and step.
     checkpoint = tf.train.Checkpoint(model=list(model.variables), optimizer=list(optimizer.variables))
-    directory, is_chief = _checkpoint_dir(model_dir, strategy)
+    # Every worker must take part in saving; the others write to a scratch directory.
+    is_chief = _is_chief(strategy)
+    directory = model_dir / "checkpoints" if is_chief else model_dir / f"checkpoints_{strategy.cluster_resolver.task_id}"
     manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=2)
     if manager.latest_checkpoint:
         checkpoint.restore(manager.latest_checkpoint).assert_consumed()
         logging.info("Resumed from %s at step %d", manager.latest_checkpoint, current_step(optimizer))
 
-    writer = tf.summary.create_file_writer(str(model_dir / "logs" / "train"))
-    callbacks = [StepLogger(recipe.batch_size, writer),
-                 keras.callbacks.TensorBoard(str(model_dir / "logs"), update_freq="epoch")]
+    writer = (tf.summary.create_file_writer(str(model_dir / "logs" / "train")) if is_chief
+              else tf.summary.create_noop_writer())
+    callbacks = [StepLogger(recipe.batch_size, writer)]
+    if is_chief:
+        callbacks.append(keras.callbacks.TensorBoard(str(model_dir / "logs"), update_freq="epoch"))
     verbose = "auto" if sys.stdout.isatty() else 2
-    chunks = math.ceil(recipe.train_steps / recipe.checkpoint_every)
     step = current_step(optimizer)
     while step < recipe.train_steps:
         steps = min(recipe.checkpoint_every, recipe.train_steps - step)
@@ -247,7 +248,9 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
     if is_chief:
         _atomic_save_keras(model, model_dir / "model.keras")
         keras_vit.save_npz(model, model_dir / "model.npz")
-        (model_dir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        tmp = model_dir / "metrics.json.tmp"
+        tmp.write_text(json.dumps(metrics, indent=2))
+        os.replace(tmp, model_dir / "metrics.json")
     return model, metrics
 
 

@@ -143,7 +143,7 @@ def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
     assert int(a["replicas"]) == 2
     for key in (k for k in a.files if k.startswith("w")):
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    assert (tmp_path / "run" / "model.npz").exists() and not (tmp_path / "run" / "checkpoints_worker_1").exists()
+    assert (tmp_path / "run" / "model.npz").exists() and not (tmp_path / "run" / "checkpoints_1").exists()
 
 
 @pytest.mark.parametrize("flag, message", [

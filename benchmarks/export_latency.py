@@ -1,0 +1,74 @@
+"""Batch-1 latency of Keras, the SavedModel and every TFLite variant on this machine.
+
+For ViT-Ti/16 and S/16 at 224 px (random weights: latency does not depend on
+them), rounds alternate the runtimes; each round also times a float32 GEMM so
+the spread of the machine shows. Prints a table (median and min-max
+milliseconds, and the ratio to Keras in the same round) and writes JSON.
+
+    python -m benchmarks.export_latency [--variants=Ti/16,S/16] [--rounds=3]
+"""
+
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import keras_vit  # noqa: E402
+from benchmarks import common  # noqa: E402
+from export import saved_model, tflite  # noqa: E402
+
+_VARIANTS = flags.DEFINE_list("variants", ["Ti/16", "S/16"], "ViT variants.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
+_SECONDS = flags.DEFINE_float("seconds", 1.5, "Seconds of calls per runtime and round.")
+_OUT = flags.DEFINE_string("out", "benchmarks/results/export_latency_cpu.json", "Where to write the JSON.")
+
+
+def runtimes(model, folder):
+    """name -> a batch-1 callable on a float32 image in [-1, 1]."""
+    image = np.random.default_rng(0).uniform(-1, 1, (1, 224, 224, 3)).astype("float32")
+    keras_fn = tf.function(model, jit_compile=True)
+    path = saved_model.export_saved_model(model, folder, name="bench")
+    serving = tf.saved_model.load(str(path)).signatures["predict_float"]
+    calls = {"keras (XLA)": lambda: keras_fn(image).numpy(),
+             "saved_model": lambda: serving(inputs=tf.constant(image))["probabilities"].numpy()}
+    calibration = np.random.default_rng(1).uniform(-1, 1, (4, 224, 224, 3)).astype("float32")
+    for quantize in tflite.QUANTIZATIONS:
+        interpreter = tflite.make_interpreter(tflite.convert(model, quantize, calibration))
+        calls[f"tflite {quantize}"] = lambda it=interpreter: tflite.invoke(it, image[0])
+    return calls
+
+
+def main(argv):
+    del argv
+    results, rows = [], []
+    for variant in _VARIANTS.value:
+        model = keras_vit.ViT(**keras_vit.decode_variant(variant), image_size=224, classifier_activation=None)
+        with tempfile.TemporaryDirectory() as folder:
+            calls = runtimes(model, folder)
+            samples = {name: [] for name in calls}
+            gemms = []
+            for _ in range(_ROUNDS.value):
+                gemms.append(common.gemm_gflops())
+                for name, call in calls.items():
+                    samples[name].append(1000 * common.time_calls(call, _SECONDS.value))
+        keras_median = statistics.median(samples["keras (XLA)"])
+        for name, ms in samples.items():
+            summary = common.summarize(ms)
+            results.append({"variant": variant, "runtime": name, "latency_ms": summary,
+                            "gemm_gflops": common.summarize(gemms)})
+            rows.append({"variant": variant, "runtime": name,
+                         "ms (median, min-max)": f"{summary['median']:.1f} ({summary['min']:.1f}-{summary['max']:.1f})",
+                         "vs keras": f"{summary['median'] / keras_median:.2f}x"})
+    common.print_table(rows, list(rows[0]))
+    common.write_json(_OUT.value, {"machine": common.machine(), "tensorflow": tf.__version__, "results": results})
+    print(f"wrote {_OUT.value}")
+
+
+if __name__ == "__main__":
+    app.run(main)

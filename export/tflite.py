@@ -1,0 +1,441 @@
+"""TFLite export: one batch-1 float32 model per quantization, checked before it is written.
+
+The export contract (DESIGN.md): float32, float16, dynamic-range int8 and full
+int8 with a representative dataset; each variant is run in the LiteRT
+interpreter and compared with the Keras model on real images, and only a
+variant within its stated tolerance (`TOLERANCES`) is written. The converter
+settings follow Model Garden's
+`official/vision/serving/export_tflite_lib.py:convert_tflite_model` and the
+TFLite post-training quantization guide.
+
+Every variant takes the model's own input, `(1, height, width, channels)`
+float32 pixels in [-1, 1] (`keras_vit.preprocess_input`), and returns float32
+scores, so a caller feeds every variant the same pixels.
+
+Full int8 and ViT (checked with TF 2.20 on ViTs with learned, sin-cos and
+relative position embeddings, class token and GAP heads, and a ResNet stem):
+`TFLITE_BUILTINS_INT8` alone converts them all, GELU, softmax and the
+LayerNorm arithmetic (MEAN, SQUARED_DIFFERENCE, RSQRT) included, so no float
+fallback op set is needed. The converter still keeps a few elementwise ops
+in float between QUANTIZE/DEQUANTIZE pairs: the NEG in each LayerNorm (and
+one SQUARE in the ResNet stem).
+`float_ops` lists them, and `export_tflite` records them in the metadata.
+"""
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.layers.utils import check_choice
+
+QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
+
+# Stated bounds on 64 held-out images, measured on the tests' trained 2-layer,
+# 32-wide ViT (tests/export/test_tflite.py), whose held-out set keeps a few
+# near-ties on purpose. Measured max |dp| / top-1 agreement: none 3e-6 / 1.0,
+# float16 7.5e-3 / 1.0 (one image; 1e-3 on 512 fresh ones), dynamic 8e-2 /
+# 0.984, int8 0.84 / 0.953 (0.99 on 512 fresh images). A flipped near-tie can
+# move |dp| anywhere up to 1, so full int8 is bounded by agreement alone.
+TOLERANCES = {
+    "none": dict(max_abs=1e-4, agreement=1.0),
+    "float16": dict(max_abs=5e-2, agreement=0.98),
+    "dynamic": dict(max_abs=0.25, agreement=0.95),
+    "int8": dict(agreement=0.9),
+}
+
+LATENCY_RUNS = 10
+FILES = ("model_{quantize}.tflite", "labels.txt", "metadata.json")
+INPUT_RANGE = (-1.0, 1.0)
+
+
+def input_shape(model):
+    """Returns the batch-1 input shape `(1, height, width, channels)` of `model`.
+
+    Args:
+        model: `keras.Model` with one image input of fixed size.
+
+    Returns:
+        A tuple of four ints.
+    """
+    shape = tuple(model.input_shape)
+    if len(shape) != 4 or None in shape[1:]:
+        raise ValueError(
+            "TFLite export needs one image input of fixed (height, width, channels) "
+            f"(build the model with dynamic_image_size=False); received input_shape={shape}"
+        )
+    return (1, *shape[1:])
+
+
+def _check_images(images, model, name):
+    """Returns `images` as float32 `(n, height, width, channels)`, n >= 1, matching `model`."""
+    expected = input_shape(model)[1:]
+    images = np.asarray(images, np.float32)
+    if images.ndim != 4 or images.shape[1:] != expected or len(images) == 0:
+        raise ValueError(
+            f"`{name}` must be float pixels of shape (n >= 1, {', '.join(map(str, expected))}); "
+            f"received shape {images.shape}"
+        )
+    return images
+
+
+def convert(model, quantize="none", representative_images=None):
+    """Converts a Keras 3 model to a TFLite flatbuffer.
+
+    Args:
+        model: `keras.Model` with a fixed-size image input.
+        quantize: str. One of `QUANTIZATIONS`: `"none"` (float32),
+            `"float16"` (float16 weights), `"dynamic"` (int8 weights,
+            float activations) or `"int8"` (int8 weights and activations,
+            calibrated on `representative_images`). Defaults to `"none"`.
+        representative_images: float32 `(n, height, width, channels)` images
+            in [-1, 1], required for `"int8"`; a few hundred real images
+            cover the activation ranges. Ignored otherwise.
+
+    Returns:
+        The `.tflite` model as bytes: float32 input `(1, height, width,
+        channels)` and float32 output.
+    """
+    check_choice(quantize, QUANTIZATIONS, "quantize")
+    shape = input_shape(model)
+    if quantize == "int8":
+        if representative_images is None:
+            raise ValueError(
+                "quantize='int8' calibrates activations on `representative_images`: expected "
+                "float images of shape (n, height, width, channels); received representative_images=None"
+            )
+        representative_images = _check_images(representative_images, model, "representative_images")
+
+    # A fixed batch of 1: TFLite kernels and delegates want static shapes.
+    serve = tf.function(
+        lambda images: model(images, training=False),
+        input_signature=[tf.TensorSpec(shape, tf.float32, name="images")],
+    )
+    # Keras 3 variables are not TF trackables: given the model itself, the
+    # converter saves no weights and the interpreter reads uninitialised
+    # variables (NaN outputs). A tf.Module holding the underlying tf.Variables
+    # lets it freeze them.
+    holder = tf.Module()
+    holder.weights = [variable.value for variable in model.variables]
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function()], holder)
+
+    if quantize != "none":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantize == "int8":
+        converter.representative_dataset = lambda: ([image[None]] for image in representative_images)
+        # INT8 alone converts ViT, GELU, softmax and LayerNorm included (see the
+        # module docstring), so there is no TFLITE_BUILTINS float fallback: a
+        # model that needs one fails here rather than silently running in float.
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        # Float input and output, quantized inside: callers feed the same pixels
+        # to every variant.
+        converter.inference_input_type = tf.float32
+        converter.inference_output_type = tf.float32
+    return converter.convert()
+
+
+def make_interpreter(tflite_bytes, num_threads=None, delegates=True):
+    # Imported here: the LiteRT runtime is the `export` extra, not a core dependency.
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    resolver = OpResolverType.AUTO if delegates else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    interpreter = Interpreter(
+        model_content=tflite_bytes, num_threads=num_threads, experimental_op_resolver_type=resolver
+    )
+    interpreter.allocate_tensors()
+    return interpreter
+
+
+def invoke(interpreter, image):
+    (input_detail,) = interpreter.get_input_details()
+    (output_detail,) = interpreter.get_output_details()
+    interpreter.set_tensor(input_detail["index"], image[None])
+    interpreter.invoke()
+    return interpreter.get_tensor(output_detail["index"])[0]
+
+
+def run(tflite_bytes, images):
+    """Runs images through a batch-1 TFLite model in the LiteRT interpreter.
+
+    Args:
+        tflite_bytes: bytes. A model from `convert`.
+        images: float32 `(n, height, width, channels)` images in [-1, 1].
+
+    Returns:
+        numpy array `(n, ...)`: the model's outputs, one image at a time,
+        stacked.
+    """
+    interpreter = make_interpreter(tflite_bytes)
+    (input_detail,) = interpreter.get_input_details()
+    images = np.asarray(images, np.float32)
+    expected = tuple(input_detail["shape"][1:])
+    if images.ndim != 4 or images.shape[1:] != expected:
+        raise ValueError(
+            f"`images` must have shape (n, {', '.join(map(str, expected))}); received shape {images.shape}"
+        )
+    return np.stack([invoke(interpreter, image) for image in images])
+
+
+def latency_ms(tflite_bytes, image, runs=LATENCY_RUNS):
+    """Median wall time of one batch-1 `invoke`, in milliseconds, on one thread.
+
+    Args:
+        tflite_bytes: bytes. A model from `convert`.
+        image: float32 `(height, width, channels)` image.
+        runs: int. Timed invocations after one untimed warm-up. Defaults to
+            `LATENCY_RUNS`.
+
+    Returns:
+        float.
+    """
+    # One thread: comparable between variants and machines of any core count.
+    interpreter = make_interpreter(tflite_bytes, num_threads=1)
+    invoke(interpreter, image)  # the first invoke prepares the delegate
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        invoke(interpreter, image)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def float_ops(tflite_bytes):
+    """Counts the ops of a TFLite model that compute in float32.
+
+    QUANTIZE and DEQUANTIZE, which only change types, are not counted. For a
+    float model this is nearly every op; for a full-int8 one, the ops the
+    converter left in float.
+
+    Args:
+        tflite_bytes: bytes. A model from `convert`.
+
+    Returns:
+        dict from op name (e.g. `"NEG"`) to count.
+    """
+    # Without XNNPACK, which would replace the ops it takes with one DELEGATE node.
+    interpreter = make_interpreter(tflite_bytes, delegates=False)
+    dtypes = {tensor["index"]: tensor["dtype"] for tensor in interpreter.get_tensor_details()}
+    counts = {}
+    # `_get_ops_details` is the interpreter's only per-op listing; no public equivalent.
+    for op in interpreter._get_ops_details():
+        if op["op_name"] in ("QUANTIZE", "DEQUANTIZE"):
+            continue
+        if any(dtypes[index] == np.float32 for index in op["outputs"] if index >= 0):
+            counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def outputs_probabilities(model):
+    """Whether `model` ends in a softmax (True) or returns logits (False)."""
+    activation = getattr(model.layers[-1], "activation", None)
+    return activation is keras.activations.softmax
+
+
+def _softmax(logits):
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def verify(tflite_bytes, model, images):
+    """Compares a TFLite model with the Keras model it came from.
+
+    Args:
+        tflite_bytes: bytes. A model from `convert(model, ...)`.
+        model: the `keras.Model`.
+        images: float32 `(n, height, width, channels)` real images in [-1, 1].
+
+    Returns:
+        dict with `max_abs_diff_probabilities` (largest |difference| of the
+        class probabilities, softmax applied to both when the model returns
+        logits), `top1_agreement` (fraction of images with the same top
+        class), `size_bytes`, `latency_ms` (median batch-1 invoke, see
+        `latency_ms`) and `num_images`.
+    """
+    images = _check_images(images, model, "images")
+    expected = np.asarray(model.predict(images, batch_size=32, verbose=0), np.float32)
+    received = run(tflite_bytes, images)
+    if received.shape != expected.shape:
+        raise ValueError(
+            f"The TFLite model's outputs must have the Keras model's shape {expected.shape}; "
+            f"received shape {received.shape}"
+        )
+    if not outputs_probabilities(model):
+        expected, received = _softmax(expected), _softmax(received)
+    return {
+        "max_abs_diff_probabilities": float(np.max(np.abs(expected - received))),
+        "top1_agreement": float(np.mean(expected.argmax(-1) == received.argmax(-1))),
+        "size_bytes": len(tflite_bytes),
+        "latency_ms": latency_ms(tflite_bytes, images[0]),
+        "num_images": len(images),
+    }
+
+
+def check_tolerance(quantize, result):
+    """Returns the ways `result` (from `verify`) misses `TOLERANCES[quantize]`; empty if none."""
+    check_choice(quantize, QUANTIZATIONS, "quantize")
+    tolerance = TOLERANCES[quantize]
+    failures = []
+    if "max_abs" in tolerance and not result["max_abs_diff_probabilities"] <= tolerance["max_abs"]:
+        failures.append(
+            f"max |difference| of probabilities {result['max_abs_diff_probabilities']:.3g} "
+            f"> {tolerance['max_abs']:.3g}"
+        )
+    if "agreement" in tolerance and not result["top1_agreement"] >= tolerance["agreement"]:
+        failures.append(f"top-1 agreement {result['top1_agreement']:.3f} < {tolerance['agreement']:.3f}")
+    return failures
+
+
+def _check_labels(labels, num_classes):
+    labels = [str(label) for label in labels]
+    if len(labels) != num_classes or any("\n" in label or "\r" in label for label in labels):
+        raise ValueError(
+            f"`labels` must be {num_classes} strings (one per class) without line breaks; "
+            f"received {len(labels)} labels"
+        )
+    return labels
+
+
+def export_tflite(
+    model,
+    output_dir,
+    quantize="none",
+    representative_images=None,
+    verify_images=None,
+    labels=None,
+    metadata=None,
+    force=False,
+):
+    """Converts, verifies and writes one TFLite variant with its labels and metadata.
+
+    Nothing is written unless the variant is within `TOLERANCES[quantize]`
+    of the Keras model on `verify_images` (or `force=True`). The files are
+    written into a temporary directory beside `output_dir`, which is renamed
+    into place last, so an interrupted export leaves no directory that looks
+    complete.
+
+    Args:
+        model: `keras.Model` with a fixed-size image input.
+        output_dir: str or path. Must not exist; its parent is created.
+        quantize: str. One of `QUANTIZATIONS`. Defaults to `"none"`.
+        representative_images: float32 images in [-1, 1] to calibrate
+            `"int8"`. Ignored by the other modes.
+        verify_images: float32 `(n, height, width, channels)` real images in
+            [-1, 1]. Required.
+        labels: optional list of class names, one per output, written to
+            `labels.txt`.
+        metadata: optional JSON-serialisable dict merged into
+            `metadata.json` (e.g. the source checkpoint).
+        force: bool. Write a variant that misses its tolerance, with a
+            warning. Defaults to False.
+
+    Returns:
+        dict: `verify`'s numbers plus `quantize`, `float_ops`, `forced`,
+        `output_dir`, `tflite_path`, `labels_path` (None without labels)
+        and `metadata_path`.
+    """
+    check_choice(quantize, QUANTIZATIONS, "quantize")
+    output_dir = os.path.abspath(os.fspath(output_dir))
+    if os.path.lexists(output_dir):
+        raise ValueError(f"`output_dir` must not exist (exports are never overwritten); received {output_dir!r}")
+    if verify_images is None:
+        raise ValueError(
+            "Every TFLite export is checked against the Keras model: `verify_images` must be float "
+            "images of shape (n, height, width, channels); received verify_images=None"
+        )
+    verify_images = _check_images(verify_images, model, "verify_images")
+    num_classes = int(model.output_shape[-1])
+    if labels is not None:
+        labels = _check_labels(labels, num_classes)
+    metadata = dict(metadata or {})
+
+    tflite_bytes = convert(model, quantize, representative_images)
+    result = verify(tflite_bytes, model, verify_images)
+    failures = check_tolerance(quantize, result)
+    if failures and not force:
+        raise ValueError(
+            f"The {quantize!r} TFLite model is not within its tolerance {TOLERANCES[quantize]} of the "
+            f"Keras model on {result['num_images']} images: {'; '.join(failures)}. Nothing was written; "
+            "pass force=True to write it anyway"
+        )
+    if failures:
+        warnings.warn(
+            f"WRITING A TFLITE MODEL THAT FAILED VERIFICATION (force=True): {quantize!r} is not within "
+            f"{TOLERANCES[quantize]} of the Keras model: {'; '.join(failures)}",
+            stacklevel=2,
+        )
+    result = {
+        "quantize": quantize,
+        **result,
+        "tolerance": dict(TOLERANCES[quantize]),
+        "float_ops": float_ops(tflite_bytes),
+        "forced": bool(failures),
+    }
+    ours = {
+        **result,
+        "input": {"shape": list(input_shape(model)), "dtype": "float32", "range": list(INPUT_RANGE)},
+        "output": {
+            "shape": [1, num_classes],
+            "dtype": "float32",
+            "kind": "probabilities" if outputs_probabilities(model) else "logits",
+        },
+    }
+    clashes = sorted(set(metadata) & set(ours))
+    if clashes:
+        raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
+
+    tflite_name, labels_name, metadata_name = (name.format(quantize=quantize) for name in FILES)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    # Same parent, so the final rename is atomic (one filesystem); the dot
+    # name keeps a left-over from a killed process from looking like an export.
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.", suffix=".tmp", dir=parent)
+    try:
+        with open(os.path.join(staging, tflite_name), "wb") as f:
+            f.write(tflite_bytes)
+        if labels is not None:
+            with open(os.path.join(staging, labels_name), "w") as f:
+                f.write("".join(label + "\n" for label in labels))
+        with open(os.path.join(staging, metadata_name), "w") as f:
+            json.dump({**metadata, **ours}, f, indent=2, sort_keys=True)
+        # os.rename fails on a non-empty target, so a finished export made meanwhile survives.
+        os.rename(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {
+        **result,
+        "output_dir": output_dir,
+        "tflite_path": os.path.join(output_dir, tflite_name),
+        "labels_path": os.path.join(output_dir, labels_name) if labels is not None else None,
+        "metadata_path": os.path.join(output_dir, metadata_name),
+    }
+
+
+def print_table(rows, file=None):
+    """Prints size, top-1 agreement, max |Δp| and latency, one row per variant.
+
+    Args:
+        rows: iterable of dicts with `quantize` and `verify`'s keys (e.g.
+            `export_tflite`'s results).
+        file: text stream. Defaults to `sys.stdout`.
+    """
+    file = file or sys.stdout
+    header = f"{'variant':<8} {'size KiB':>9} {'top-1 agree':>11} {'max |dp|':>9} {'latency ms':>10}"
+    print(header, file=file)
+    print("-" * len(header), file=file)
+    for row in rows:
+        print(
+            f"{row['quantize']:<8} {row['size_bytes'] / 1024:>9.1f} {row['top1_agreement']:>11.3f} "
+            f"{row['max_abs_diff_probabilities']:>9.2e} {row['latency_ms']:>10.3f}",
+            file=file,
+        )

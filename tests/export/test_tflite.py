@@ -1,0 +1,172 @@
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from export import tflite
+
+SIZE = 16
+CLASSES = 3
+TINY = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=SIZE)
+
+
+def colour_task(num_images, rng):
+    """Images whose class is their brightest colour channel, by a margin of 0.05 to 0.5.
+
+    Learnable in a hundred steps, and the small margins leave near-ties, so
+    top-1 agreement after quantization says something.
+    """
+    images = rng.uniform(-1, 1, (num_images, SIZE, SIZE, 3)).astype("float32")
+    labels = rng.integers(0, CLASSES, num_images)
+    images[np.arange(num_images), :, :, labels] += rng.uniform(0.05, 0.5, (num_images, 1, 1)).astype("float32")
+    return np.clip(images, -1, 1), labels
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A 2-layer, 32-wide ViT trained for 128 steps; returns (model, held-out images, calibration images)."""
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    images, labels = colour_task(256, rng)
+    held_out, held_out_labels = colour_task(64, rng)
+    model = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation=None)
+    model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(images, labels, batch_size=16, epochs=8, verbose=0)
+    accuracy = np.mean(model.predict(held_out, verbose=0).argmax(-1) == held_out_labels)
+    assert accuracy >= 0.85  # trained, so agreement is measured on a model that decides something
+    return model, held_out, images[:64]
+
+
+@pytest.fixture(scope="module")
+def variants(trained):
+    model, _, calibration = trained
+    return {q: tflite.convert(model, q, representative_images=calibration) for q in tflite.QUANTIZATIONS}
+
+
+@pytest.mark.parametrize("quantize", tflite.QUANTIZATIONS)
+def test_every_quantization_runs_and_agrees_within_its_tolerance(trained, variants, quantize):
+    model, held_out, _ = trained
+    outputs = tflite.run(variants[quantize], held_out)
+    assert outputs.shape == (64, CLASSES) and outputs.dtype == np.float32
+    result = tflite.verify(variants[quantize], model, held_out)
+    assert tflite.check_tolerance(quantize, result) == []
+    assert result["num_images"] == 64 and result["size_bytes"] == len(variants[quantize])
+    assert result["latency_ms"] > 0
+
+
+def test_float32_variant_reproduces_the_keras_logits(trained, variants):
+    model, held_out, _ = trained
+    np.testing.assert_allclose(tflite.run(variants["none"], held_out), model.predict(held_out, verbose=0), atol=1e-5)
+
+
+def test_quantized_variants_are_smaller(variants):
+    sizes = {q: len(b) for q, b in variants.items()}
+    # 32-wide weights are a small part of a tiny model, so the savings are well below 2x and 4x.
+    assert sizes["none"] > sizes["float16"] > sizes["dynamic"]
+    assert sizes["int8"] < sizes["float16"]
+
+
+def test_int8_quantizes_gelu_softmax_and_layernorm(variants):
+    # Only the NEG of each LayerNorm (2 per block + encoder_norm) stays float.
+    assert tflite.float_ops(variants["int8"]) == {"NEG": 5}
+    float_model_ops = tflite.float_ops(variants["none"])
+    assert {"FULLY_CONNECTED", "SOFTMAX", "GELU", "BATCH_MATMUL"} <= set(float_model_ops)
+
+
+def test_verify_applies_softmax_once(trained, variants):
+    model, held_out, _ = trained
+    probabilities = keras.Model(model.input, keras.layers.Activation("softmax")(model.output))
+    assert tflite.outputs_probabilities(probabilities) and not tflite.outputs_probabilities(model)
+    on_probabilities = tflite.verify(tflite.convert(probabilities), probabilities, held_out)
+    on_logits = tflite.verify(variants["none"], model, held_out)
+    assert on_probabilities["top1_agreement"] == on_logits["top1_agreement"] == 1.0
+    assert on_probabilities["max_abs_diff_probabilities"] < 1e-5
+
+
+def test_bad_arguments_are_refused(trained, tmp_path):
+    model, held_out, _ = trained
+    with pytest.raises(ValueError, match="representative_images=None"):
+        tflite.convert(model, "int8")
+    with pytest.raises(ValueError, match=r"received shape \(64, 8, 8, 3\)"):
+        tflite.convert(model, "int8", representative_images=held_out[:, :8, :8])
+    with pytest.raises(ValueError, match="received quantize='int4'"):
+        tflite.convert(model, "int4")
+    with pytest.raises(ValueError, match="verify_images=None"):
+        tflite.export_tflite(model, tmp_path / "out")
+    with pytest.raises(ValueError, match="received 2 labels"):
+        tflite.export_tflite(model, tmp_path / "out", verify_images=held_out, labels=["a", "b"])
+    dynamic = keras_vit.ViT(**TINY, classes=CLASSES, dynamic_image_size=True)
+    with pytest.raises(ValueError, match=r"received input_shape=\(None, None, None, 3\)"):
+        tflite.convert(dynamic)
+    assert os.listdir(tmp_path) == []
+
+
+def test_export_writes_model_labels_and_metadata(trained, tmp_path):
+    model, held_out, _ = trained
+    output_dir = tmp_path / "exports" / "vit"
+    result = tflite.export_tflite(model, output_dir, "dynamic", verify_images=held_out,
+                                  labels=["red", "green", "blue"], metadata={"source": "colour_task"})
+    assert sorted(os.listdir(output_dir)) == ["labels.txt", "metadata.json", "model_dynamic.tflite"]
+    assert os.listdir(tmp_path / "exports") == ["vit"]  # no staging directory left beside it
+    assert (output_dir / "labels.txt").read_text() == "red\ngreen\nblue\n"
+    written = (output_dir / "model_dynamic.tflite").read_bytes()
+    assert result["tflite_path"] == str(output_dir / "model_dynamic.tflite") and len(written) == result["size_bytes"]
+    np.testing.assert_array_equal(
+        tflite.run(written, held_out[:4]).argmax(-1), model.predict(held_out[:4], verbose=0).argmax(-1))
+    metadata = json.loads((output_dir / "metadata.json").read_text())
+    assert metadata["source"] == "colour_task" and metadata["quantize"] == "dynamic"
+    assert metadata["input"] == {"shape": [1, SIZE, SIZE, 3], "dtype": "float32", "range": [-1.0, 1.0]}
+    assert metadata["output"] == {"shape": [1, CLASSES], "dtype": "float32", "kind": "logits"}
+    assert metadata["top1_agreement"] == result["top1_agreement"] >= tflite.TOLERANCES["dynamic"]["agreement"]
+    assert metadata["forced"] is False and metadata["num_images"] == 64
+
+
+def test_failed_verification_is_refused_unless_forced(trained, tmp_path, monkeypatch):
+    model, held_out, _ = trained
+    monkeypatch.setitem(tflite.TOLERANCES, "none", dict(max_abs=-1.0, agreement=1.0))
+    with pytest.raises(ValueError, match=r"max \|difference\| of probabilities .* > -1.*force=True"):
+        tflite.export_tflite(model, tmp_path / "refused", verify_images=held_out)
+    assert os.listdir(tmp_path) == []
+    with pytest.warns(UserWarning, match="FAILED VERIFICATION"):
+        result = tflite.export_tflite(model, tmp_path / "forced", verify_images=held_out, force=True)
+    assert result["forced"] is True
+    assert json.loads((tmp_path / "forced" / "metadata.json").read_text())["forced"] is True
+
+
+def test_interrupted_export_leaves_nothing(trained, tmp_path, monkeypatch):
+    model, held_out, _ = trained
+    written_before_failure = []
+
+    def failing_dump(obj, f, **kwargs):
+        written_before_failure.extend(os.listdir(os.path.dirname(f.name)))
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tflite.json, "dump", failing_dump)
+    with pytest.raises(OSError, match="disk full"):
+        tflite.export_tflite(model, tmp_path / "vit", verify_images=held_out, labels=["r", "g", "b"])
+    assert "model_none.tflite" in written_before_failure
+    assert os.listdir(tmp_path) == []
+
+
+def test_existing_output_dir_is_refused(trained, tmp_path):
+    model, held_out, _ = trained
+    (tmp_path / "vit").mkdir()
+    (tmp_path / "vit" / "keep").write_text("x")
+    with pytest.raises(ValueError, match="must not exist"):
+        tflite.export_tflite(model, tmp_path / "vit", verify_images=held_out)
+    assert os.listdir(tmp_path / "vit") == ["keep"]
+
+
+def test_print_table(capsys):
+    rows = [dict(quantize="none", size_bytes=2048, top1_agreement=1.0, max_abs_diff_probabilities=1.5e-7,
+                 latency_ms=0.25),
+            dict(quantize="int8", size_bytes=1024, top1_agreement=0.96875, max_abs_diff_probabilities=0.031,
+                 latency_ms=0.125)]
+    tflite.print_table(rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["variant", "size", "KiB", "top-1", "agree", "max", "|dp|", "latency", "ms"]
+    assert lines[2].split() == ["none", "2.0", "1.000", "1.50e-07", "0.250"]
+    assert lines[3].split() == ["int8", "1.0", "0.969", "3.10e-02", "0.125"]
