@@ -1,0 +1,39 @@
+"""The export command line, TFLite path: real image files in, a checked model out."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+import keras_vit
+from tests.layer_checks import randomize_weights
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+def test_tflite_from_the_command_line(tmp_path):
+    model = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
+                          classes=3, classifier_activation=None)
+    randomize_weights(model, scale=0.3)
+    model.save(tmp_path / "m.keras")
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        pixels = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+        (tmp_path / f"img{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-m", "export", f"--model={tmp_path / 'm.keras'}", "--format=tflite", "--quantize=float16",
+         f"--images={tmp_path / 'img*.png'}", f"--output={tmp_path / 'out'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "out" / "model_float16.tflite").exists() and "float16" in result.stdout
+    metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert metadata["quantize"] == "float16" and metadata["image_size"] == [16, 16]
+    missing = subprocess.run([sys.executable, "-m", "export", f"--model={tmp_path / 'm.keras'}", "--format=tflite",
+                              f"--output={tmp_path / 'out2'}"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=300, env=env)
+    assert missing.returncode != 0 and "pass --images=GLOB" in missing.stderr
