@@ -83,3 +83,19 @@ def print_table(rows, columns):
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     for row in rows:
         print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths)))
+
+
+def xla_rows(results, first_key, first_label):
+    """Table rows of XLA-off/on measurements: rate, share of GEMM, first call."""
+    rows = []
+    for r in results:
+        for mode in ("xla_off", "xla_on"):
+            m, rate = r[mode], r[mode]["images_per_s"]
+            rows.append({
+                "variant": r["variant"], "batch": r["batch"], "xla": mode[4:],
+                "images/s (median, min-max)": f"{rate['median']:.1f} ({rate['min']:.1f}-{rate['max']:.1f})",
+                "of GEMM": f"{m['fraction_of_gemm']['median']:.0%}",
+                "GEMM GFLOP/s": f"{m['gemm_gflops']['median']:.0f}",
+                first_label: f"{m[first_key]:.1f}",
+            })
+    return rows

@@ -63,18 +63,7 @@ def main(argv):
         for batch in map(int, _BATCH_SIZES.value):
             results.append(measure(variant, batch, _IMAGE_SIZE.value, _ROUNDS.value, _SECONDS.value))
             print(f"measured {variant} batch {batch}", flush=True)
-    rows = []
-    for r in results:
-        for mode in ("xla_off", "xla_on"):
-            m = r[mode]
-            rows.append({
-                "variant": r["variant"], "batch": r["batch"], "xla": mode[4:],
-                "images/s (median, min-max)": f"{m['images_per_s']['median']:.1f} "
-                                              f"({m['images_per_s']['min']:.1f}-{m['images_per_s']['max']:.1f})",
-                "of GEMM": f"{m['fraction_of_gemm']['median']:.0%}",
-                "GEMM GFLOP/s": f"{m['gemm_gflops']['median']:.0f}",
-                "first call s": f"{m['first_call_s']:.1f}",
-            })
+    rows = common.xla_rows(results, "first_call_s", "first call s")
     common.print_table(rows, list(rows[0]))
     common.write_json(_OUT.value, {"machine": common.machine(), "tensorflow": tf.__version__,
                                    "keras_vit": keras_vit.__version__, "results": results})

@@ -80,17 +80,7 @@ def digits_main_job():
 def main(argv):
     del argv
     results = [measure(v, _BATCH.value, _IMAGE_SIZE.value, _ROUNDS.value, _SECONDS.value) for v in _VARIANTS.value]
-    rows = []
-    for r in results:
-        for mode in ("xla_off", "xla_on"):
-            m = r[mode]
-            rows.append({
-                "variant": r["variant"], "batch": r["batch"], "xla": mode[4:],
-                "train images/s (median, min-max)": f"{m['images_per_s']['median']:.1f} "
-                                                    f"({m['images_per_s']['min']:.1f}-{m['images_per_s']['max']:.1f})",
-                "of GEMM": f"{m['fraction_of_gemm']['median']:.0%}",
-                "first step s": f"{m['first_step_s']:.1f}",
-            })
+    rows = common.xla_rows(results, "first_step_s", "first step s")
     common.print_table(rows, list(rows[0]))
     payload = {"machine": common.machine(), "tensorflow": tf.__version__, "results": results}
     if not _SKIP_DIGITS.value:

@@ -166,3 +166,12 @@ def test_command_line_export_and_inspect(model, tmp_path):
     inspect = subprocess.run([sys.executable, "-m", "export", f"--inspect={tmp_path / 'serving' / 'vit' / '1'}"],
                              cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert inspect.returncode == 0 and "top_k_labels" in inspect.stdout
+
+
+def test_saved_model_cli_lists_the_signatures(exported):
+    cli = pathlib.Path(sys.executable).parent / "saved_model_cli"
+    result = subprocess.run([str(cli), "show", "--dir", str(exported), "--all"], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    for name in ("serving_default", "predict_pixels", "predict_float", "embeddings", "top_k_labels"):
+        assert name in result.stdout

@@ -104,3 +104,15 @@ def test_tfrecords_of_encoded_images(tmp_path):
 def test_unknown_dataset_kind():
     with pytest.raises(ValueError, match="received dataset='csv:x'"):
         data.load("csv:x", "train")
+
+
+def test_the_deit_augmentations_from_model_garden_run(digits):
+    """RandAugment, Mixup/CutMix and random erasing (Model Garden) on 3-channel images."""
+    source = data.load("keras_vit_digits", "train", str(digits))
+    rgb = data.Source(source.dataset.map(lambda x, y: (tf.image.grayscale_to_rgb(x), y)),
+                      source.num_examples, source.num_classes, 3)
+    recipe = recipes.RECIPES["deit"].replace(image_size=16, batch_size=8, shuffle_buffer=100)
+    images, labels = next(iter(data.train_dataset(recipe, rgb, 8, 0, 1)))
+    assert tuple(images.shape) == (8, 16, 16, 3) and tuple(labels.shape) == (8, 10)
+    np.testing.assert_allclose(labels.numpy().sum(1), 1.0, atol=1e-5)
+    assert labels.numpy().max() < 1.0  # smoothed and mixed, never one-hot
