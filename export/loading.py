@@ -9,6 +9,7 @@ import pathlib
 import keras
 
 import keras_vit
+from keras_vit.layers.resnet_stem import output_stride
 
 
 def load_model(path, variant=None, image_size=None, classes=None, **model_kwargs):
@@ -38,7 +39,7 @@ def load_model(path, variant=None, image_size=None, classes=None, **model_kwargs
     if image_size is None:
         positions = arrays["Transformer/posembed_input/pos_embedding"].shape[1] - ("cls" in arrays)
         side = int(round(positions ** 0.5))
-        stride = fields["patch_size"] * (4 * 2 ** max(len(fields["resnet_num_layers"]) - 1, 0)
+        stride = fields["patch_size"] * (output_stride(fields["resnet_num_layers"])
                                          if "resnet_num_layers" in fields else 1)
         image_size = side * stride
     model_kwargs.setdefault("classifier", "token" if "cls" in arrays else "gap")

@@ -15,6 +15,7 @@ import keras
 
 from keras_vit import checkpoints, pretrained
 from keras_vit import layers as vit_layers
+from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.layers.utils import check_choice, to_pair
 from keras_vit.variants import decode_variant
 
@@ -162,9 +163,7 @@ def ViT(
         image_size, input_shape, input_tensor, dynamic_image_size
     )
     # Pixels per token: the patch, times the stem's output stride for hybrids.
-    stride = 1
-    if resnet_num_layers is not None:
-        stride = 4 * 2 ** max(len(resnet_num_layers) - 1, 0)
+    stride = 1 if resnet_num_layers is None else output_stride(resnet_num_layers)
     token_size = (patch_size[0] * stride, patch_size[1] * stride)
     if image_size[0] % token_size[0] or image_size[1] % token_size[1]:
         what = f"`patch_size`={patch_size}" + (f" times the ResNet stride {stride}" if stride > 1 else "")

@@ -123,6 +123,11 @@ class ResidualUnit(keras.layers.Layer):
         return {**super().get_config(), "features": self.features, "strides": self.strides}
 
 
+def output_stride(num_layers):
+    """Pixels per feature-map position: 4 from the root, x2 per stage after the first."""
+    return 4 * 2 ** max(len(num_layers) - 1, 0)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ResNetStem(keras.layers.Layer):
     """Root block and ResNet stages: images to the feature map the hybrid
@@ -178,7 +183,7 @@ class ResNetStem(keras.layers.Layer):
         return x
 
     def compute_output_shape(self, input_shape):
-        stride = 4 * 2 ** max(len(self.num_layers) - 1, 0)
+        stride = output_stride(self.num_layers)
         channels = int(64 * self.width_factor) * 2 ** max(len(self.num_layers) - 1, 0)
         channels = channels * 4 if self.num_layers else channels
         spatial = [None if s is None else -(-s // stride) for s in input_shape[1:3]]
