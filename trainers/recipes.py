@@ -162,12 +162,13 @@ RECIPES = {
         description=(
             "DeiT-B/16 from scratch on ImageNet-1k (Touvron et al. 2021, Table 9; Model Garden "
             "deit_imagenet_pretrain): AdamW lr 5e-4 x batch/512, weight decay 0.05, cosine with 5 "
-            "warm-up epochs, RandAugment m9 mstd 0.5, Mixup 0.8, CutMix 1.0, label smoothing 0.1, "
+            "warm-up epochs, RandAugment m9 (mstd 0.5 in the paper; 0 here: Model Garden 2.20 cannot "
+            "vary it on uint8 images), Mixup 0.8, CutMix 1.0, label smoothing 0.1, "
             "random erasing 0.25, stochastic depth 0.1, 300 epochs at batch 1024. Expected: 81.8%."
         ),
         variant="B/16", image_size=224, drop_path_rate=0.1, dataset="tfds:imagenet2012",
         train_split="train", eval_split="validation", train_crop="inception", flip=True,
-        randaugment_layers=2, randaugment_magnitude=9.0, randaugment_magnitude_std=0.5,
+        randaugment_layers=2, randaugment_magnitude=9.0, randaugment_magnitude_std=0.0,
         mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, random_erasing=0.25,
         optimizer="adamw", learning_rate=5e-4, lr_batch_reference=512, weight_decay=0.05,
         schedule="cosine", warmup_steps=6_255, batch_size=1024, train_steps=375_300,
@@ -207,6 +208,11 @@ def validate(recipe):
     for name in ("batch_size", "train_steps", "steps_per_execution", "checkpoint_every", "image_size"):
         if getattr(recipe, name) < 1:
             raise ValueError(f"`{name}` must be >= 1; received {name}={getattr(recipe, name)}")
+    if recipe.randaugment_layers and recipe.randaugment_magnitude_std:
+        raise ValueError(
+            "randaugment_magnitude_std > 0 is not supported: Model Garden 2.20's RandAugment then compares "
+            "int32 levels with uint8 pixels in Posterize and Solarize (TypeError); "
+            f"received randaugment_magnitude_std={recipe.randaugment_magnitude_std}")
     if recipe.learning_rate <= 0:
         raise ValueError(f"`learning_rate` must be > 0; received learning_rate={recipe.learning_rate}")
     if not recipe.variant and not all(

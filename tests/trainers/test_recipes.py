@@ -22,7 +22,7 @@ def test_the_papers_numbers():
     deit = recipes.RECIPES["deit"]
     assert (deit.learning_rate, deit.lr_batch_reference, deit.weight_decay, deit.randaugment_magnitude,
             deit.randaugment_magnitude_std, deit.mixup_alpha, deit.cutmix_alpha, deit.label_smoothing,
-            deit.random_erasing, deit.drop_path_rate) == (5e-4, 512, 0.05, 9.0, 0.5, 0.8, 1.0, 0.1, 0.25, 0.1)
+            deit.random_erasing, deit.drop_path_rate) == (5e-4, 512, 0.05, 9.0, 0.0, 0.8, 1.0, 0.1, 0.25, 0.1)
     assert deit.train_steps == 300 * 1251 and deit.warmup_steps == 5 * 1251  # 1,281,167 / 1024 per epoch
 
 
@@ -35,6 +35,9 @@ def test_overrides_and_their_errors():
         resolve_recipe("digits", {"optimizer": "rmsprop"})
     with pytest.raises(ValueError, match="received batch_size=0"):
         resolve_recipe("digits", {"batch_size": 0})
+    # Model Garden 2.20 fails on uint8 images when the magnitude varies.
+    with pytest.raises(ValueError, match="received randaugment_magnitude_std=0.5"):
+        resolve_recipe("deit", {"randaugment_magnitude_std": 0.5})
 
 
 def test_recipes_are_frozen():
