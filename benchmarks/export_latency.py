@@ -11,7 +11,6 @@ milliseconds, and the ratio to Keras in the same round) and writes JSON.
 import os
 import statistics
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -59,7 +59,7 @@ def test_every_named_builder(builder, variant):
     model = getattr(keras_vit, builder)()
     assert model.count_params() == official_count(*variant)
     assert model.name == builder.lower()
-    assert getattr(keras_vit, builder).__doc__.startswith(f"Builds ViT-")
+    assert getattr(keras_vit, builder).__doc__.startswith("Builds ViT-")
 
 
 def test_l16_at_384_for_10_classes():
