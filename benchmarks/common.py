@@ -55,6 +55,23 @@ def time_calls(fn, seconds):
     return (time.perf_counter() - start) / runs
 
 
+def alternate_rounds(calls, images_per_call, flops_per_call, rounds, seconds):
+    """Times `calls` (name -> callable) in alternating rounds, each with a GEMM.
+
+    Returns name -> {"images_per_s", "fraction_of_gemm", "gemm_gflops"}, each
+    summarised as median, min and max over the rounds.
+    """
+    samples = {name: [] for name in calls}
+    for _ in range(rounds):
+        gemm = gemm_gflops()
+        for name, call in calls.items():
+            per_call = time_calls(call, seconds)
+            samples[name].append({"images_per_s": images_per_call / per_call,
+                                  "fraction_of_gemm": flops_per_call / per_call / 1e9 / gemm,
+                                  "gemm_gflops": gemm})
+    return {name: {key: summarize([r[key] for r in rows]) for key in rows[0]} for name, rows in samples.items()}
+
+
 def summarize(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 

@@ -41,16 +41,10 @@ def measure(variant, batch, image_size, rounds, seconds):
         start = time.perf_counter()
         fn(images).numpy()
         first_call[name] = time.perf_counter() - start
-    samples = {name: [] for name in modes}
-    for _ in range(rounds):
-        gemm = common.gemm_gflops()
-        for name, fn in modes.items():
-            per_call = common.time_calls(lambda: fn(images).numpy(), seconds)
-            samples[name].append({"images_per_s": batch / per_call,
-                                  "fraction_of_gemm": flops / per_call / 1e9 / gemm, "gemm_gflops": gemm})
-    result = {"variant": variant, "batch": batch, "image_size": image_size, "gflop_per_call": flops / 1e9}
-    for name, rows in samples.items():
-        result[name] = {key: common.summarize([r[key] for r in rows]) for key in rows[0]}
+    calls = {name: (lambda fn=fn: fn(images).numpy()) for name, fn in modes.items()}
+    result = {"variant": variant, "batch": batch, "image_size": image_size, "gflop_per_call": flops / 1e9,
+              **common.alternate_rounds(calls, batch, flops, rounds, seconds)}
+    for name in modes:
         result[name]["first_call_s"] = first_call[name]
     return result
 

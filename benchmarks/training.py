@@ -52,16 +52,10 @@ def measure(variant, batch, image_size, rounds, seconds):
         model.train_on_batch(images, labels)
         first_step[mode] = time.perf_counter() - start
         models[mode] = model
-    samples = {mode: [] for mode in models}
-    for _ in range(rounds):
-        gemm = common.gemm_gflops()
-        for mode, model in models.items():
-            per_step = common.time_calls(lambda: model.train_on_batch(images, labels), seconds)
-            samples[mode].append({"images_per_s": batch / per_step,
-                                  "fraction_of_gemm": flops / per_step / 1e9 / gemm, "gemm_gflops": gemm})
-    result = {"variant": variant, "batch": batch, "image_size": image_size, "gflop_per_step": flops / 1e9}
-    for mode, rows in samples.items():
-        result[mode] = {key: common.summarize([r[key] for r in rows]) for key in rows[0]}
+    calls = {mode: (lambda m=model: m.train_on_batch(images, labels)) for mode, model in models.items()}
+    result = {"variant": variant, "batch": batch, "image_size": image_size, "gflop_per_step": flops / 1e9,
+              **common.alternate_rounds(calls, batch, flops, rounds, seconds)}
+    for mode in models:
         result[mode]["first_step_s"] = first_step[mode]
     return result
 
