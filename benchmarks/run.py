@@ -1,0 +1,346 @@
+"""The side-by-side suite: keras_vit against timm, on this machine, in one run.
+
+    python -m benchmarks.run --suite=cpu|gpu|tiny [--out=FILE.json]
+        [--peer_python=PATH] [--rounds=N] [--seconds=S]
+
+keras_vit and timm each run in a long-lived worker process (`benchmarks.worker`)
+of their own environment: keras_vit in this one, timm in the peer environment
+made from `benchmarks/requirements-peers.txt` (`benchmarks/.peers`, created on
+first use unless --peer_python names another). For every configuration the
+runner alternates the implementations round by round (A B A B ...), and every
+round also times a matmul at a ViT shape in numpy, TensorFlow and PyTorch: the
+fastest of the three is that round's matmul limit. Figures are medians over the
+rounds with the min-max spread, so a noisy machine shows as noise.
+
+FLOPs are analytic (`benchmarks.common.vit_forward_flops`): a forward pass is
+2 x the multiply-adds of every matmul, a training step 3 x the forward.
+Compile time and peak memory come from fresh processes (one per measurement):
+the first call there includes tracing and XLA compilation.
+
+Prints the tables and the targets of issue 6, and writes everything as JSON.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PEERS_DIR = ROOT / "benchmarks" / ".peers"  # gitignored
+REQUIREMENTS = ROOT / "benchmarks" / "requirements-peers.txt"
+
+
+@dataclasses.dataclass(frozen=True)
+class Implementation:
+    label: str
+    impl: str  # a key of benchmarks.worker.SIDES
+    compiled: bool  # keras_vit: XLA; timm: torch.compile
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    threads: int
+    image_size: int
+    precision: str  # "float32" or "mixed_bfloat16"
+    matmul_shape: tuple  # (m, k, n): the MLP of B/16 at the suite's batch
+    inference: tuple  # (variant, batch) pairs
+    training: tuple
+    implementations: tuple
+    memory_probe: tuple  # (variant, batch) of the fresh-process inference probe
+    compile_probe: tuple  # (variant, batch) of the fresh-process training probe
+    rounds: int
+    seconds: float
+    numpy_matmul: bool  # time numpy's BLAS too (CPU suites)
+    num_layers: int = None  # overrides the variants' depth (the tiny suite)
+
+
+_CPU_IMPLEMENTATIONS = (
+    Implementation("keras_vit XLA", "keras_vit", True),
+    Implementation("keras_vit graph", "keras_vit", False),
+    Implementation("timm", "timm", False),
+)
+
+SUITES = {
+    "cpu": Suite(
+        threads=2, image_size=224, precision="float32", matmul_shape=(8 * 197, 768, 3072),
+        inference=tuple((v, b) for v in ("Ti/16", "S/16", "B/16") for b in (1, 8)),
+        training=(("Ti/16", 16), ("S/16", 16)), implementations=_CPU_IMPLEMENTATIONS,
+        memory_probe=("B/16", 8), compile_probe=("S/16", 16), rounds=3, seconds=2.0, numpy_matmul=True),
+    "gpu": Suite(
+        threads=os.cpu_count(), image_size=224, precision="mixed_bfloat16",
+        matmul_shape=(256 * 197, 768, 3072),
+        inference=tuple((v, b) for v in ("Ti/16", "S/16", "B/16", "L/16") for b in (8, 256)),
+        training=(("B/16", 256),),
+        implementations=(Implementation("keras_vit XLA", "keras_vit", True),
+                         Implementation("timm compile", "timm", True)),
+        memory_probe=("B/16", 8), compile_probe=("B/16", 256), rounds=3, seconds=3.0, numpy_matmul=False),
+    # Seconds-long end-to-end check of the whole machinery (tests/test_run.py).
+    "tiny": Suite(
+        threads=2, image_size=32, precision="float32", matmul_shape=(64, 64, 64),
+        inference=(("Ti/16", 1),), training=(("Ti/16", 2),), implementations=_CPU_IMPLEMENTATIONS,
+        memory_probe=("Ti/16", 1), compile_probe=("Ti/16", 2), rounds=2, seconds=0.05, numpy_matmul=True,
+        num_layers=1),
+}
+
+
+class WorkerProcess:
+    """A `benchmarks.worker` process and its request/answer pipe."""
+
+    def __init__(self, python, impl, threads):
+        self.impl = impl
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        self.process = subprocess.Popen(
+            [python, "-m", "benchmarks.worker", f"--impl={impl}", f"--threads={threads}"], cwd=ROOT, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def ask(self, op, **arguments):
+        self.process.stdin.write(json.dumps({"op": op, **arguments}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.impl} worker exited (code {self.process.wait()}) while asked {op} "
+                               f"{arguments}; run `python -m benchmarks.worker --impl={self.impl} --threads=1` "
+                               "by hand to see why")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"the {self.impl} worker failed {op} {arguments}: {answer['error']}\n"
+                               f"{answer['traceback']}")
+        return answer
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=120)
+
+
+def peer_python(requested, peers_dir):
+    """The peer environment's python: `requested`, or that of `peers_dir`, made on first use."""
+    if requested:
+        return requested
+    peers_dir = pathlib.Path(peers_dir)
+    if not (peers_dir / "bin" / "python").exists():
+        print(f"making the peer environment {peers_dir} from {REQUIREMENTS} (once)", flush=True)
+        # Built under another name and renamed when whole, so a broken install never looks finished.
+        staging = peers_dir.with_name(peers_dir.name + ".partial")
+        subprocess.run([sys.executable, "-m", "venv", "--clear", staging], check=True)
+        pip = [staging / "bin" / "python", "-m", "pip", "install", "-q", "-r", REQUIREMENTS]
+        if subprocess.run(pip).returncode != 0:
+            raise SystemExit(f"could not install the peer (timm) from {REQUIREMENTS}; it needs PyPI. Install it "
+                             f"yourself (python -m venv {peers_dir} && {peers_dir}/bin/pip install -r "
+                             f"{REQUIREMENTS}) or pass --peer_python=PATH of an environment with timm and torch.")
+        os.replace(staging, peers_dir)
+    return str(peers_dir / "bin" / "python")
+
+
+def flops_per_call(task, variant, batch, suite):
+    from benchmarks import common
+    from keras_vit import decode_variant
+
+    fields = decode_variant(variant)
+    if suite.num_layers:
+        fields["num_layers"] = suite.num_layers
+    forward = common.vit_forward_flops(suite.image_size, **fields) * batch
+    return forward * (3 if task == "training" else 1)
+
+
+def matmul_limit_round(workers, shape, dtype, with_numpy, seconds):
+    """GFLOP/s of one matmul in every library this round; the limit is the best."""
+    from benchmarks import common
+
+    m, k, n = shape
+    rates = {}
+    if with_numpy:
+        rates["numpy"] = common.gemm_gflops(m, k, n, seconds=seconds)
+    for impl, worker in workers.items():
+        rates[impl] = 2.0 * m * k * n / worker.ask("time", name="matmul", seconds=seconds)["seconds_per_call"] / 1e9
+    return rates
+
+
+def measure(workers, suite, task, variant, batch, seconds):
+    """Alternating rounds of every implementation on one configuration."""
+    flops = flops_per_call(task, variant, batch, suite)
+    first_call = {}
+    for im in suite.implementations:
+        first_call[im.label] = workers[im.impl].ask(
+            "prepare", name=im.label, task=task, variant=variant, batch=batch, image_size=suite.image_size,
+            compiled=im.compiled, precision=suite.precision, num_layers=suite.num_layers)["first_call_s"]
+    rounds = []
+    for _ in range(suite.rounds):
+        limits = matmul_limit_round(workers, suite.matmul_shape, _compute_dtype(suite), suite.numpy_matmul,
+                                    min(seconds, 0.5))
+        limit = max(limits.values())
+        row = {"matmul_gflops": limits, "limit_gflops": limit, "images_per_s": {}, "fraction_of_limit": {}}
+        for im in suite.implementations:
+            per_call = workers[im.impl].ask("time", name=im.label, seconds=seconds)["seconds_per_call"]
+            row["images_per_s"][im.label] = batch / per_call
+            row["fraction_of_limit"][im.label] = flops / per_call / 1e9 / limit
+        rounds.append(row)
+    for im in suite.implementations:
+        workers[im.impl].ask("release", name=im.label)
+    return {"task": task, "variant": variant, "batch": batch, "image_size": suite.image_size,
+            "gflop_per_call": flops / 1e9, "first_call_s_warm_process": first_call, "rounds": rounds,
+            "summary": _summarize_rounds(rounds, suite)}
+
+
+def _compute_dtype(suite):
+    return "bfloat16" if suite.precision == "mixed_bfloat16" else "float32"
+
+
+def _spread(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _summarize_rounds(rounds, suite):
+    peer = next(im.label for im in suite.implementations if im.impl == "timm")
+    summary = {}
+    for im in suite.implementations:
+        summary[im.label] = {
+            "images_per_s": _spread([r["images_per_s"][im.label] for r in rounds]),
+            "fraction_of_limit": _spread([r["fraction_of_limit"][im.label] for r in rounds]),
+            # Paired within each round, so drift between rounds cancels.
+            "vs_timm": _spread([r["images_per_s"][im.label] / r["images_per_s"][peer] for r in rounds]),
+        }
+    return summary
+
+
+def probe(python, impl, threads, **task):
+    """First call and peak resident memory of one workload in a fresh process."""
+    worker = WorkerProcess(python, impl, threads)
+    try:
+        start = time.perf_counter()
+        first = worker.ask("prepare", name="probe", **task)["first_call_s"]
+        build_and_first = time.perf_counter() - start
+        rss = worker.ask("peak_rss")["peak_rss_mb"]
+    finally:
+        worker.close()
+    return {"first_call_s": first, "build_and_first_call_s": build_and_first, "peak_rss_mb": rss}
+
+
+def run_probes(suite, pythons):
+    results = []
+    for task, (variant, batch) in (("inference", suite.memory_probe), ("training", suite.compile_probe)):
+        for im in suite.implementations:
+            measured = probe(pythons[im.impl], im.impl, suite.threads, task=task, variant=variant, batch=batch,
+                             image_size=suite.image_size, compiled=im.compiled, precision=suite.precision,
+                             num_layers=suite.num_layers)
+            results.append({"task": task, "variant": variant, "batch": batch, "implementation": im.label,
+                            **measured})
+            print(f"probe {task} {variant} batch {batch} {im.label}: first call {measured['first_call_s']:.1f} s, "
+                  f"peak RSS {measured['peak_rss_mb']:.0f} MB", flush=True)
+    return results
+
+
+def targets(results, probes, suite_name):
+    """Issue 6's CPU targets, each with what was measured (None where not run)."""
+    if suite_name != "cpu":
+        return []
+
+    def throughput(task, variant, batch):
+        return next((r["summary"]["keras_vit XLA"] for r in results
+                     if (r["task"], r["variant"], r["batch"]) == (task, variant, batch)), None)
+
+    def probed(task, label):
+        return next((p for p in probes if p["task"] == task and p["implementation"] == label), None)
+
+    checks = []
+
+    def check(name, value, goal, at_least):
+        met = None if value is None else (value >= goal if at_least else value <= goal)
+        checks.append({"target": name, "measured": value, "goal": goal, "met": met})
+
+    b8, b1 = throughput("inference", "B/16", 8), throughput("inference", "B/16", 1)
+    check("B/16 inference batch 8, x timm", b8 and b8["vs_timm"]["median"], 1.25, True)
+    check("B/16 inference batch 8, fraction of matmul limit", b8 and b8["fraction_of_limit"]["median"], 0.90, True)
+    check("B/16 inference batch 1, x timm", b1 and b1["vs_timm"]["median"], 1.4, True)
+    for variant in ("Ti/16", "S/16"):
+        t = throughput("training", variant, 16)
+        check(f"{variant} training batch 16, x timm", t and t["vs_timm"]["median"], 1.2, True)
+    train, infer = probed("training", "keras_vit XLA"), probed("inference", "keras_vit XLA")
+    check("S/16 first XLA training step, s", train and train["first_call_s"], 20.0, False)
+    check("B/16 first XLA inference call, s", infer and infer["first_call_s"], 5.0, False)
+    peer = probed("inference", "timm")
+    check("B/16 inference peak RSS, x timm", infer and peer and infer["peak_rss_mb"] / peer["peak_rss_mb"], 1.3, False)
+    return checks
+
+
+def print_tables(results, probes, checks):
+    from benchmarks import common
+
+    rows = []
+    for r in results:
+        for label, s in r["summary"].items():
+            rate = s["images_per_s"]
+            rows.append({"task": r["task"], "variant": r["variant"], "batch": r["batch"], "implementation": label,
+                         "images/s median (min-max)": f"{rate['median']:.1f} ({rate['min']:.1f}-{rate['max']:.1f})",
+                         "GFLOP/s": f"{rate['median'] * r['gflop_per_call'] / r['batch']:.0f}",
+                         "of matmul limit": f"{s['fraction_of_limit']['median']:.0%}",
+                         "x timm (min-max)": f"{s['vs_timm']['median']:.2f} ({s['vs_timm']['min']:.2f}-"
+                                             f"{s['vs_timm']['max']:.2f})"})
+    common.print_table(rows, list(rows[0]))
+    print()
+    common.print_table([{"probe (fresh process)": f"{p['task']} {p['variant']} batch {p['batch']}",
+                         "implementation": p["implementation"], "first call s": f"{p['first_call_s']:.1f}",
+                         "peak RSS MB": f"{p['peak_rss_mb']:.0f}"} for p in probes],
+                       ["probe (fresh process)", "implementation", "first call s", "peak RSS MB"])
+    if checks:
+        print()
+        common.print_table([{"target": c["target"], "goal": c["goal"],
+                             "measured": "-" if c["measured"] is None else f"{c['measured']:.2f}",
+                             "met": {True: "yes", False: "NO", None: "-"}[c["met"]]} for c in checks],
+                           ["target", "goal", "measured", "met"])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=sorted(SUITES), default="cpu")
+    parser.add_argument("--out", help="JSON path (default benchmarks/results/suite_<suite>.json)")
+    parser.add_argument("--peer_python", help="python of an environment with timm and torch")
+    parser.add_argument("--peers_dir", default=str(PEERS_DIR), help="where to make the peer environment")
+    parser.add_argument("--rounds", type=int, help="alternating rounds per configuration (suite default)")
+    parser.add_argument("--seconds", type=float, help="seconds of calls per round and implementation")
+    args = parser.parse_args(argv)
+    suite = SUITES[args.suite]
+    suite = dataclasses.replace(suite, rounds=args.rounds or suite.rounds, seconds=args.seconds or suite.seconds)
+    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"suite_{args.suite}.json")
+    # numpy's BLAS reads its thread count when first loaded.
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = str(suite.threads)
+    from benchmarks import common
+
+    pythons = {"keras_vit": sys.executable, "timm": peer_python(args.peer_python, args.peers_dir)}
+    started = time.perf_counter()
+    workers = {impl: WorkerProcess(pythons[impl], impl, suite.threads) for impl in pythons}
+    try:
+        versions = {impl: w.ask("versions")["versions"] for impl, w in workers.items()}
+        for worker in workers.values():
+            m, k, n = suite.matmul_shape
+            worker.ask("prepare", name="matmul", task="matmul", m=m, k=k, n=n, dtype=_compute_dtype(suite))
+        results = []
+        for task, configs in (("inference", suite.inference), ("training", suite.training)):
+            for variant, batch in configs:
+                results.append(measure(workers, suite, task, variant, batch, suite.seconds))
+                print(f"measured {task} {variant} batch {batch}", flush=True)
+    finally:
+        for worker in workers.values():
+            worker.close()
+    probes = run_probes(suite, pythons)
+    checks = targets(results, probes, args.suite)
+    print_tables(results, probes, checks)
+    limits = [r["limit_gflops"] for result in results for r in result["rounds"]]
+    print(f"\nmatmul limit {statistics.median(limits):.0f} GFLOP/s ({_compute_dtype(suite)}, "
+          f"{suite.threads} threads, shape {suite.matmul_shape}); suite took {time.perf_counter() - started:.0f} s")
+    common.write_json(out, {
+        "suite": args.suite, "machine": common.machine(), "versions": versions,
+        "settings": {**dataclasses.asdict(suite), "flops": "forward = 2 x multiply-adds of every matmul; "
+                                                             "training step = 3 x forward"},
+        "matmul_limit_gflops": _spread(limits), "results": results, "probes": probes, "targets": checks,
+        "wall_s": time.perf_counter() - started})
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
