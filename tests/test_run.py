@@ -1,0 +1,56 @@
+"""`python -m benchmarks.run` end to end on its tiny suite, timm included (no timing asserted).
+
+The peer environment (benchmarks/.peers, from benchmarks/requirements-peers.txt)
+is made on first use, as for a user: the CPU torch wheel and timm from the
+package registry.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from benchmarks import run
+
+
+def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path):
+    out = tmp_path / "suite.json"
+    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--suite=tiny", f"--out={out}"],
+                            cwd=run.ROOT, capture_output=True, text=True, timeout=1200,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
+    payload = json.loads(out.read_text())
+    labels = {"keras_vit XLA", "keras_vit graph", "timm"}
+    assert {r["task"] for r in payload["results"]} == {"inference", "training"}
+    for result in payload["results"]:
+        assert len(result["rounds"]) == 2 and set(result["summary"]) == labels
+        for r in result["rounds"]:
+            assert r["limit_gflops"] == max(r["matmul_gflops"].values()) > 0
+            assert set(r["matmul_gflops"]) == {"numpy", "keras_vit", "timm"}
+            assert all(rate > 0 for rate in r["images_per_s"].values())
+        assert result["summary"]["timm"]["vs_timm"]["median"] == 1.0
+    assert {(p["task"], p["implementation"]) for p in payload["probes"]} == {
+        (task, label) for task in ("inference", "training") for label in labels}
+    assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > 0 for p in payload["probes"])
+    assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["tensorflow"]
+
+
+def test_flops_follow_the_stated_formula():
+    suite = run.SUITES["cpu"]
+    forward = run.flops_per_call("inference", "B/16", 1, suite)
+    assert abs(forward / 1e9 - 35.1) < 0.1  # 2 x 17.56 GMACs, the published B/16 figure
+    assert run.flops_per_call("training", "B/16", 8, suite) == 3 * 8 * forward
+
+
+def test_targets_read_the_measurements():
+    summary = {"keras_vit XLA": {"vs_timm": {"median": 1.3}, "fraction_of_limit": {"median": 0.8}}}
+    results = [{"task": "inference", "variant": "B/16", "batch": 8, "summary": summary}]
+    probes = [{"task": "inference", "implementation": "keras_vit XLA", "first_call_s": 4.0, "peak_rss_mb": 1000},
+              {"task": "inference", "implementation": "timm", "first_call_s": 1.0, "peak_rss_mb": 800}]
+    checks = {c["target"]: c for c in run.targets(results, probes, "cpu")}
+    assert checks["B/16 inference batch 8, x timm"]["met"] is True
+    assert checks["B/16 inference batch 8, fraction of matmul limit"]["met"] is False
+    assert checks["B/16 inference batch 1, x timm"]["met"] is None
+    assert checks["B/16 first XLA inference call, s"]["met"] is True
+    assert checks["B/16 inference peak RSS, x timm"]["measured"] == 1.25
