@@ -1,9 +1,8 @@
-"""What every benchmark here shares: the machine's own matmul limit, FLOP
-counts, timing rounds and the JSON/table output.
+"""What every benchmark here shares: numpy's matmul rate, FLOP counts, the
+timer, and the JSON/table output. Needs only numpy: the peer's worker uses it.
 
-The machine's speed drifts (about +-20% from second to second), so every
-timing round also times a float32 GEMM of a ViT shape, and figures are
-reported as a fraction of that same-round GEMM throughput.
+The machine's speed drifts (about +-20% from second to second), so the
+benchmarks time a matmul in the same rounds as the models they measure.
 """
 
 import datetime
@@ -46,30 +45,13 @@ def vit_forward_flops(image_size, patch_size, hidden_size, mlp_dim, num_layers, 
 
 
 def time_calls(fn, seconds):
-    """Calls `fn` repeatedly for about `seconds`; returns seconds per call."""
-    fn()
+    """Seconds per call of `fn`, repeated for about `seconds` (at least 2 calls)."""
+    fn()  # warm caches after whatever ran before
     runs, start = 0, time.perf_counter()
     while runs < 2 or time.perf_counter() - start < seconds:
         fn()
         runs += 1
     return (time.perf_counter() - start) / runs
-
-
-def alternate_rounds(calls, images_per_call, flops_per_call, rounds, seconds):
-    """Times `calls` (name -> callable) in alternating rounds, each with a GEMM.
-
-    Returns name -> {"images_per_s", "fraction_of_gemm", "gemm_gflops"}, each
-    summarised as median, min and max over the rounds.
-    """
-    samples = {name: [] for name in calls}
-    for _ in range(rounds):
-        gemm = gemm_gflops()
-        for name, call in calls.items():
-            per_call = time_calls(call, seconds)
-            samples[name].append({"images_per_s": images_per_call / per_call,
-                                  "fraction_of_gemm": flops_per_call / per_call / 1e9 / gemm,
-                                  "gemm_gflops": gemm})
-    return {name: {key: summarize([r[key] for r in rows]) for key in rows[0]} for name, rows in samples.items()}
 
 
 def summarize(values):
@@ -100,19 +82,3 @@ def print_table(rows, columns):
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     for row in rows:
         print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths)))
-
-
-def xla_rows(results, first_key, first_label):
-    """Table rows of XLA-off/on measurements: rate, share of GEMM, first call."""
-    rows = []
-    for r in results:
-        for mode in ("xla_off", "xla_on"):
-            m, rate = r[mode], r[mode]["images_per_s"]
-            rows.append({
-                "variant": r["variant"], "batch": r["batch"], "xla": mode[4:],
-                "images/s (median, min-max)": f"{rate['median']:.1f} ({rate['min']:.1f}-{rate['max']:.1f})",
-                "of GEMM": f"{m['fraction_of_gemm']['median']:.0%}",
-                "GEMM GFLOP/s": f"{m['gemm_gflops']['median']:.0f}",
-                first_label: f"{m[first_key]:.1f}",
-            })
-    return rows

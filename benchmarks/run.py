@@ -30,6 +30,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks import common
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / "benchmarks" / ".peers"  # gitignored
 REQUIREMENTS = ROOT / "benchmarks" / "requirements-peers.txt"
@@ -93,7 +95,9 @@ class WorkerProcess:
 
     def __init__(self, python, impl, threads):
         self.impl = impl
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        # BLAS and OpenMP read their thread counts when loaded, hence the environment.
+        threads_env = {name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+        env = {**os.environ, **threads_env, "TF_CPP_MIN_LOG_LEVEL": "2"}
         self.process = subprocess.Popen(
             [python, "-m", "benchmarks.worker", f"--impl={impl}", f"--threads={threads}"], cwd=ROOT, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -137,8 +141,7 @@ def peer_python(requested, peers_dir):
 
 
 def flops_per_call(task, variant, batch, suite):
-    from benchmarks import common
-    from keras_vit import decode_variant
+    from keras_vit import decode_variant  # here, so that only asking for FLOPs loads TensorFlow
 
     fields = decode_variant(variant)
     if suite.num_layers:
@@ -147,17 +150,14 @@ def flops_per_call(task, variant, batch, suite):
     return forward * (3 if task == "training" else 1)
 
 
-def matmul_limit_round(workers, shape, dtype, with_numpy, seconds):
+def matmul_limit_round(workers, shape, with_numpy, seconds):
     """GFLOP/s of one matmul in every library this round; the limit is the best."""
-    from benchmarks import common
-
     m, k, n = shape
-    rates = {}
-    if with_numpy:
-        rates["numpy"] = common.gemm_gflops(m, k, n, seconds=seconds)
-    for impl, worker in workers.items():
-        rates[impl] = 2.0 * m * k * n / worker.ask("time", name="matmul", seconds=seconds)["seconds_per_call"] / 1e9
-    return rates
+    calls = [(impl, worker, "matmul") for impl, worker in workers.items()]
+    if with_numpy:  # in the keras_vit worker, so its BLAS threads are set like the others'
+        calls.append(("numpy", workers["keras_vit"], "numpy_matmul"))
+    return {library: 2.0 * m * k * n / worker.ask("time", name=name, seconds=seconds)["seconds_per_call"] / 1e9
+            for library, worker, name in calls}
 
 
 def measure(workers, suite, task, variant, batch, seconds):
@@ -170,8 +170,7 @@ def measure(workers, suite, task, variant, batch, seconds):
             compiled=im.compiled, precision=suite.precision, num_layers=suite.num_layers)["first_call_s"]
     rounds = []
     for _ in range(suite.rounds):
-        limits = matmul_limit_round(workers, suite.matmul_shape, _compute_dtype(suite), suite.numpy_matmul,
-                                    min(seconds, 0.5))
+        limits = matmul_limit_round(workers, suite.matmul_shape, suite.numpy_matmul, min(seconds, 0.5))
         limit = max(limits.values())
         row = {"matmul_gflops": limits, "limit_gflops": limit, "images_per_s": {}, "fraction_of_limit": {}}
         for im in suite.implementations:
@@ -190,19 +189,15 @@ def _compute_dtype(suite):
     return "bfloat16" if suite.precision == "mixed_bfloat16" else "float32"
 
 
-def _spread(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def _summarize_rounds(rounds, suite):
     peer = next(im.label for im in suite.implementations if im.impl == "timm")
     summary = {}
     for im in suite.implementations:
         summary[im.label] = {
-            "images_per_s": _spread([r["images_per_s"][im.label] for r in rounds]),
-            "fraction_of_limit": _spread([r["fraction_of_limit"][im.label] for r in rounds]),
+            "images_per_s": common.summarize([r["images_per_s"][im.label] for r in rounds]),
+            "fraction_of_limit": common.summarize([r["fraction_of_limit"][im.label] for r in rounds]),
             # Paired within each round, so drift between rounds cancels.
-            "vs_timm": _spread([r["images_per_s"][im.label] / r["images_per_s"][peer] for r in rounds]),
+            "vs_timm": common.summarize([r["images_per_s"][im.label] / r["images_per_s"][peer] for r in rounds]),
         }
     return summary
 
@@ -268,8 +263,6 @@ def targets(results, probes, suite_name):
 
 
 def print_tables(results, probes, checks):
-    from benchmarks import common
-
     rows = []
     for r in results:
         for label, s in r["summary"].items():
@@ -306,19 +299,16 @@ def main(argv=None):
     suite = SUITES[args.suite]
     suite = dataclasses.replace(suite, rounds=args.rounds or suite.rounds, seconds=args.seconds or suite.seconds)
     out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"suite_{args.suite}.json")
-    # numpy's BLAS reads its thread count when first loaded.
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = str(suite.threads)
-    from benchmarks import common
-
     pythons = {"keras_vit": sys.executable, "timm": peer_python(args.peer_python, args.peers_dir)}
     started = time.perf_counter()
     workers = {impl: WorkerProcess(pythons[impl], impl, suite.threads) for impl in pythons}
     try:
         versions = {impl: w.ask("versions")["versions"] for impl, w in workers.items()}
+        m, k, n = suite.matmul_shape
         for worker in workers.values():
-            m, k, n = suite.matmul_shape
             worker.ask("prepare", name="matmul", task="matmul", m=m, k=k, n=n, dtype=_compute_dtype(suite))
+        if suite.numpy_matmul:
+            workers["keras_vit"].ask("prepare", name="numpy_matmul", task="numpy_matmul", m=m, k=k, n=n)
         results = []
         for task, configs in (("inference", suite.inference), ("training", suite.training)):
             for variant, batch in configs:
@@ -337,7 +327,7 @@ def main(argv=None):
         "suite": args.suite, "machine": common.machine(), "versions": versions,
         "settings": {**dataclasses.asdict(suite), "flops": "forward = 2 x multiply-adds of every matmul; "
                                                              "training step = 3 x forward"},
-        "matmul_limit_gflops": _spread(limits), "results": results, "probes": probes, "targets": checks,
+        "matmul_limit_gflops": common.summarize(limits), "results": results, "probes": probes, "targets": checks,
         "wall_s": time.perf_counter() - started})
     print(f"wrote {out}")
 

@@ -5,8 +5,8 @@
 Reads one JSON request per line on stdin and answers one JSON line on stdout:
 
     {"op": "versions"}                              -> {"versions": {...}}
-    {"op": "prepare", "name": K, "task": "inference"|"training"|"matmul",
-     **arguments}                                   -> {"first_call_s": s}
+    {"op": "prepare", "name": K, "task": "inference"|"training"|"matmul"|
+     "numpy_matmul", **arguments}                   -> {"first_call_s": s}
     {"op": "time", "name": K, "seconds": s}         -> {"seconds_per_call": s}
     {"op": "release", "name": K}                    -> {}
     {"op": "peak_rss"}                              -> {"peak_rss_mb": MB}
@@ -24,17 +24,18 @@ import sys
 import time
 import traceback
 
+import numpy as np
+
+from benchmarks.common import time_calls
+
 SIDES = {"keras_vit": "benchmarks.keras_side", "timm": "benchmarks.timm_side"}
 
 
-def time_calls(call, seconds):
-    """Seconds per call of `call`, repeated for about `seconds` (at least 2 calls)."""
-    call()  # warm caches after the previous workload
-    runs, start = 0, time.perf_counter()
-    while runs < 2 or time.perf_counter() - start < seconds:
-        call()
-        runs += 1
-    return (time.perf_counter() - start) / runs
+def numpy_matmul(m, k, n, dtype="float32"):
+    """numpy's BLAS: a third opinion on the machine's matmul limit."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k), dtype=dtype), rng.standard_normal((k, n), dtype=dtype)
+    return lambda: a @ b
 
 
 def peak_rss_mb():
@@ -50,7 +51,7 @@ class Worker:
         return {"versions": self.side.versions()}
 
     def prepare(self, name, task, **arguments):
-        call = getattr(self.side, task)(**arguments)
+        call = (numpy_matmul if task == "numpy_matmul" else getattr(self.side, task))(**arguments)
         start = time.perf_counter()
         call()  # the first call traces and compiles
         self.calls[name] = call
