@@ -1,12 +1,12 @@
 """The side-by-side suite: keras_vit against timm, on this machine, in one run.
 
     python -m benchmarks.run --suite=cpu|gpu|tiny [--out=FILE.json]
-        [--peer_python=PATH] [--rounds=N] [--seconds=S]
+        [--keras_vit_python=PATH] [--timm_python=PATH] [--rounds=N] [--seconds=S]
 
 keras_vit and timm each run in a long-lived worker process (`benchmarks.worker`)
-of their own environment: keras_vit in this one, timm in the peer environment
-made from `benchmarks/requirements-peers.txt` (`benchmarks/.peers`, created on
-first use unless --peer_python names another). For every configuration the
+in an environment of its own with only what it needs, made on first use under
+benchmarks/.envs/: keras_vit's core install, and timm from
+`benchmarks/requirements-peers.txt`. For every configuration the
 runner alternates the implementations round by round (A B A B ...), and every
 round also times a matmul at a ViT shape in numpy, TensorFlow and PyTorch: the
 fastest of the three is that round's matmul limit. Figures are medians over the
@@ -33,8 +33,8 @@ import time
 from benchmarks import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PEERS_DIR = ROOT / "benchmarks" / ".peers"  # gitignored
-REQUIREMENTS = ROOT / "benchmarks" / "requirements-peers.txt"
+ENVS_DIR = ROOT / "benchmarks" / ".envs"  # gitignored
+INSTALLS = {"keras_vit": ["-e", str(ROOT)], "timm": ["-r", str(ROOT / "benchmarks" / "requirements-peers.txt")]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,23 +121,27 @@ class WorkerProcess:
         self.process.wait(timeout=120)
 
 
-def peer_python(requested, peers_dir):
-    """The peer environment's python: `requested`, or that of `peers_dir`, made on first use."""
+def environment_python(impl, requested, envs_dir):
+    """Python of `impl`'s environment: `requested`, or `envs_dir/impl`, made on first use.
+
+    Each implementation is measured in an environment with only what it needs,
+    as its users install it: keras_vit's core install (no training extras,
+    whose scikit-learn and pandas Keras would import), and timm from
+    requirements-peers.txt.
+    """
     if requested:
         return requested
-    peers_dir = pathlib.Path(peers_dir)
-    if not (peers_dir / "bin" / "python").exists():
-        print(f"making the peer environment {peers_dir} from {REQUIREMENTS} (once)", flush=True)
+    folder = pathlib.Path(envs_dir) / impl
+    if not (folder / "bin" / "python").exists():
+        print(f"making the {impl} environment {folder} (once): pip install {' '.join(INSTALLS[impl])}", flush=True)
         # Built under another name and renamed when whole, so a broken install never looks finished.
-        staging = peers_dir.with_name(peers_dir.name + ".partial")
+        staging = folder.with_name(folder.name + ".partial")
         subprocess.run([sys.executable, "-m", "venv", "--clear", staging], check=True)
-        pip = [staging / "bin" / "python", "-m", "pip", "install", "-q", "-r", REQUIREMENTS]
-        if subprocess.run(pip).returncode != 0:
-            raise SystemExit(f"could not install the peer (timm) from {REQUIREMENTS}; it needs PyPI. Install it "
-                             f"yourself (python -m venv {peers_dir} && {peers_dir}/bin/pip install -r "
-                             f"{REQUIREMENTS}) or pass --peer_python=PATH of an environment with timm and torch.")
-        os.replace(staging, peers_dir)
-    return str(peers_dir / "bin" / "python")
+        if subprocess.run([staging / "bin" / "python", "-m", "pip", "install", "-q", *INSTALLS[impl]]).returncode:
+            raise SystemExit(f"could not install {impl} for the benchmark (pip install {' '.join(INSTALLS[impl])} "
+                             f"needs PyPI). Make the environment yourself and pass --{impl}_python=PATH.")
+        os.replace(staging, folder)
+    return str(folder / "bin" / "python")
 
 
 def flops_per_call(task, variant, batch, suite):
@@ -291,15 +295,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", choices=sorted(SUITES), default="cpu")
     parser.add_argument("--out", help="JSON path (default benchmarks/results/suite_<suite>.json)")
-    parser.add_argument("--peer_python", help="python of an environment with timm and torch")
-    parser.add_argument("--peers_dir", default=str(PEERS_DIR), help="where to make the peer environment")
+    parser.add_argument("--keras_vit_python", help="python of an environment with keras_vit")
+    parser.add_argument("--timm_python", help="python of an environment with timm and torch")
+    parser.add_argument("--envs_dir", default=str(ENVS_DIR), help="where to make the environments")
     parser.add_argument("--rounds", type=int, help="alternating rounds per configuration (suite default)")
     parser.add_argument("--seconds", type=float, help="seconds of calls per round and implementation")
     args = parser.parse_args(argv)
     suite = SUITES[args.suite]
     suite = dataclasses.replace(suite, rounds=args.rounds or suite.rounds, seconds=args.seconds or suite.seconds)
     out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"suite_{args.suite}.json")
-    pythons = {"keras_vit": sys.executable, "timm": peer_python(args.peer_python, args.peers_dir)}
+    pythons = {impl: environment_python(impl, getattr(args, f"{impl}_python"), args.envs_dir)
+               for impl in INSTALLS}
     started = time.perf_counter()
     workers = {impl: WorkerProcess(pythons[impl], impl, suite.threads) for impl in pythons}
     try:

@@ -1,6 +1,6 @@
 """`python -m benchmarks.run` end to end on its tiny suite, timm included (no timing asserted).
 
-The peer environment (benchmarks/.peers, from benchmarks/requirements-peers.txt)
+The peer environment (benchmarks/.envs/timm, from benchmarks/requirements-peers.txt)
 is made on first use, as for a user: the CPU torch wheel and timm from the
 package registry.
 """
@@ -15,7 +15,8 @@ from benchmarks import run
 
 def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path):
     out = tmp_path / "suite.json"
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--suite=tiny", f"--out={out}"],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--suite=tiny", f"--out={out}",
+                             f"--keras_vit_python={sys.executable}"],
                             cwd=run.ROOT, capture_output=True, text=True, timeout=1200,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
