@@ -97,7 +97,8 @@ class WorkerProcess:
         self.impl = impl
         # BLAS and OpenMP read their thread counts when loaded, hence the environment.
         threads_env = {name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-        env = {**os.environ, **threads_env, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        # On a GPU, TensorFlow would otherwise reserve all memory and starve the other worker.
+        env = {**os.environ, **threads_env, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
         self.process = subprocess.Popen(
             [python, "-m", "benchmarks.worker", f"--impl={impl}", f"--threads={threads}"], cwd=ROOT, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -213,10 +214,13 @@ def probe(python, impl, threads, **task):
         start = time.perf_counter()
         first = worker.ask("prepare", name="probe", **task)["first_call_s"]
         build_and_first = time.perf_counter() - start
-        rss = worker.ask("peak_rss")["peak_rss_mb"]
+        rss = worker.ask("peak_rss")["peak_rss_mb"]  # before timing more calls: the first call's peak
+        steady = worker.ask("time", name="probe", seconds=0)["seconds_per_call"]
     finally:
         worker.close()
-    return {"first_call_s": first, "build_and_first_call_s": build_and_first, "peak_rss_mb": rss}
+    # The first call also runs the workload once: what it costs beyond a steady call is tracing and compiling.
+    return {"first_call_s": first, "steady_call_s": steady, "compile_s": first - steady,
+            "build_and_first_call_s": build_and_first, "peak_rss_mb": rss}
 
 
 def run_probes(suite, pythons):
@@ -228,19 +232,27 @@ def run_probes(suite, pythons):
                              num_layers=suite.num_layers)
             results.append({"task": task, "variant": variant, "batch": batch, "implementation": im.label,
                             **measured})
-            print(f"probe {task} {variant} batch {batch} {im.label}: first call {measured['first_call_s']:.1f} s, "
-                  f"peak RSS {measured['peak_rss_mb']:.0f} MB", flush=True)
+            print(f"probe {task} {variant} batch {batch} {im.label}: first call {measured['first_call_s']:.1f} s "
+                  f"(steady {measured['steady_call_s']:.1f} s), peak RSS {measured['peak_rss_mb']:.0f} MB", flush=True)
     return results
 
 
 def targets(results, probes, suite_name):
-    """Issue 6's CPU targets, each with what was measured (None where not run)."""
-    if suite_name != "cpu":
-        return []
-
+    """Issue 6's targets for the suite, each with what was measured (None where not run)."""
     def throughput(task, variant, batch):
         return next((r["summary"]["keras_vit XLA"] for r in results
                      if (r["task"], r["variant"], r["batch"]) == (task, variant, batch)), None)
+
+    if suite_name == "gpu":  # for an H100
+        checks = []
+        for task, goal in (("training", 1500.0), ("inference", 8000.0)):
+            t = throughput(task, "B/16", 256)
+            value = t and t["images_per_s"]["median"]
+            checks.append({"target": f"B/16 {task} batch 256, images/s", "measured": value, "goal": goal,
+                           "met": None if value is None else value >= goal})
+        return checks
+    if suite_name != "cpu":
+        return []
 
     def probed(task, label):
         return next((p for p in probes if p["task"] == task and p["implementation"] == label), None)
@@ -281,8 +293,9 @@ def print_tables(results, probes, checks):
     print()
     common.print_table([{"probe (fresh process)": f"{p['task']} {p['variant']} batch {p['batch']}",
                          "implementation": p["implementation"], "first call s": f"{p['first_call_s']:.1f}",
-                         "peak RSS MB": f"{p['peak_rss_mb']:.0f}"} for p in probes],
-                       ["probe (fresh process)", "implementation", "first call s", "peak RSS MB"])
+                         "of which compile s": f"{p['compile_s']:.1f}", "peak RSS MB": f"{p['peak_rss_mb']:.0f}"}
+                        for p in probes],
+                       ["probe (fresh process)", "implementation", "first call s", "of which compile s", "peak RSS MB"])
     if checks:
         print()
         common.print_table([{"target": c["target"], "goal": c["goal"],

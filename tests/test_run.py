@@ -33,7 +33,7 @@ def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path):
         assert result["summary"]["timm"]["vs_timm"]["median"] == 1.0
     assert {(p["task"], p["implementation"]) for p in payload["probes"]} == {
         (task, label) for task in ("inference", "training") for label in labels}
-    assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > 0 for p in payload["probes"])
+    assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > p["compile_s"] for p in payload["probes"])
     assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["tensorflow"]
 
 
@@ -55,3 +55,10 @@ def test_targets_read_the_measurements():
     assert checks["B/16 inference batch 1, x timm"]["met"] is None
     assert checks["B/16 first XLA inference call, s"]["met"] is True
     assert checks["B/16 inference peak RSS, x timm"]["measured"] == 1.25
+
+
+def test_gpu_targets_are_images_per_second():
+    summary = {"keras_vit XLA": {"images_per_s": {"median": 1600.0}}}
+    results = [{"task": "training", "variant": "B/16", "batch": 256, "summary": summary}]
+    checks = {c["target"]: c["met"] for c in run.targets(results, [], "gpu")}
+    assert checks == {"B/16 training batch 256, images/s": True, "B/16 inference batch 256, images/s": None}
