@@ -1,6 +1,6 @@
 """The side-by-side suite: keras_vit against timm, on this machine, in one run.
 
-    python -m benchmarks.run --suite=cpu|gpu|tiny [--out=FILE.json]
+    python -m benchmarks.run --suite=cpu|gpu [--tiny] [--out=FILE.json]
         [--keras_vit_python=PATH] [--timm_python=PATH] [--rounds=N] [--seconds=S]
 
 keras_vit and timm each run in a long-lived worker process (`benchmarks.worker`)
@@ -28,6 +28,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from benchmarks import common
@@ -58,7 +59,7 @@ class Suite:
     rounds: int
     seconds: float
     numpy_matmul: bool  # time numpy's BLAS too (CPU suites)
-    num_layers: int = None  # overrides the variants' depth (the tiny suite)
+    num_layers: int = None  # overrides the variants' depth (--tiny)
 
 
 _CPU_IMPLEMENTATIONS = (
@@ -81,13 +82,15 @@ SUITES = {
         implementations=(Implementation("keras_vit XLA", "keras_vit", True),
                          Implementation("timm compile", "timm", True)),
         memory_probe=("B/16", 8), compile_probe=("B/16", 256), rounds=3, seconds=3.0, numpy_matmul=False),
-    # Seconds-long end-to-end check of the whole machinery (tests/test_run.py).
-    "tiny": Suite(
-        threads=2, image_size=32, precision="float32", matmul_shape=(64, 64, 64),
-        inference=(("Ti/16", 1),), training=(("Ti/16", 2),), implementations=_CPU_IMPLEMENTATIONS,
-        memory_probe=("Ti/16", 1), compile_probe=("Ti/16", 2), rounds=2, seconds=0.05, numpy_matmul=True,
-        num_layers=1),
 }
+
+
+def shrink(suite):
+    """The suite's settings on a seconds-long workload: a 1-layer Ti/16 at 32 px (tests/test_run.py)."""
+    return dataclasses.replace(
+        suite, threads=min(suite.threads, 2), image_size=32, num_layers=1, matmul_shape=(64, 64, 64),
+        inference=(("Ti/16", 1),), training=(("Ti/16", 2),), memory_probe=("Ti/16", 1), compile_probe=("Ti/16", 2),
+        rounds=2, seconds=0.05)
 
 
 class WorkerProcess:
@@ -99,18 +102,22 @@ class WorkerProcess:
         threads_env = {name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
         # On a GPU, TensorFlow would otherwise reserve all memory and starve the other worker.
         env = {**os.environ, **threads_env, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+        self.log = tempfile.TemporaryFile("w+")  # the frameworks' chatter, shown if the worker dies
         self.process = subprocess.Popen(
             [python, "-m", "benchmarks.worker", f"--impl={impl}", f"--threads={threads}"], cwd=ROOT, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
 
     def ask(self, op, **arguments):
-        self.process.stdin.write(json.dumps({"op": op, **arguments}) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
+        try:
+            self.process.stdin.write(json.dumps({"op": op, **arguments}) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        except BrokenPipeError:  # it had already exited
+            line = ""
         if not line:
+            self.log.seek(0)
             raise RuntimeError(f"the {self.impl} worker exited (code {self.process.wait()}) while asked {op} "
-                               f"{arguments}; run `python -m benchmarks.worker --impl={self.impl} --threads=1` "
-                               "by hand to see why")
+                               f"{arguments}; its last output:\n{self.log.read()[-3000:]}")
         answer = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"the {self.impl} worker failed {op} {arguments}: {answer['error']}\n"
@@ -120,6 +127,7 @@ class WorkerProcess:
     def close(self):
         self.process.stdin.close()
         self.process.wait(timeout=120)
+        self.log.close()
 
 
 def environment_python(impl, requested, envs_dir):
@@ -311,12 +319,13 @@ def main(argv=None):
     parser.add_argument("--keras_vit_python", help="python of an environment with keras_vit")
     parser.add_argument("--timm_python", help="python of an environment with timm and torch")
     parser.add_argument("--envs_dir", default=str(ENVS_DIR), help="where to make the environments")
+    parser.add_argument("--tiny", action="store_true", help="the suite's settings on a seconds-long workload")
     parser.add_argument("--rounds", type=int, help="alternating rounds per configuration (suite default)")
     parser.add_argument("--seconds", type=float, help="seconds of calls per round and implementation")
     args = parser.parse_args(argv)
-    suite = SUITES[args.suite]
+    suite = shrink(SUITES[args.suite]) if args.tiny else SUITES[args.suite]
     suite = dataclasses.replace(suite, rounds=args.rounds or suite.rounds, seconds=args.seconds or suite.seconds)
-    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"suite_{args.suite}.json")
+    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"suite_{args.suite}{'_tiny' * args.tiny}.json")
     pythons = {impl: environment_python(impl, getattr(args, f"{impl}_python"), args.envs_dir)
                for impl in INSTALLS}
     started = time.perf_counter()

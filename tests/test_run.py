@@ -1,4 +1,4 @@
-"""`python -m benchmarks.run` end to end on its tiny suite, timm included (no timing asserted).
+"""`python -m benchmarks.run --tiny` end to end, timm included (no timing asserted).
 
 The peer environment (benchmarks/.envs/timm, from benchmarks/requirements-peers.txt)
 is made on first use, as for a user: the CPU torch wheel and timm from the
@@ -10,27 +10,33 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import run
 
 
-def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path):
+@pytest.mark.parametrize("suite", ["cpu", "gpu"])  # gpu: bf16, XLA and torch.compile, here on the CPU
+def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suite):
     out = tmp_path / "suite.json"
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--suite=tiny", f"--out={out}",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny", f"--out={out}",
                              f"--keras_vit_python={sys.executable}"],
                             cwd=run.ROOT, capture_output=True, text=True, timeout=1200,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
     payload = json.loads(out.read_text())
-    labels = {"keras_vit XLA", "keras_vit graph", "timm"}
+    labels = {im.label for im in run.SUITES[suite].implementations}
+    peer = next(im.label for im in run.SUITES[suite].implementations if im.impl == "timm")
+    libraries = {"keras_vit", "timm"} | ({"numpy"} if suite == "cpu" else set())
+    assert payload["settings"]["precision"] == run.SUITES[suite].precision
     assert {r["task"] for r in payload["results"]} == {"inference", "training"}
     for result in payload["results"]:
         assert len(result["rounds"]) == 2 and set(result["summary"]) == labels
         for r in result["rounds"]:
             assert r["limit_gflops"] == max(r["matmul_gflops"].values()) > 0
-            assert set(r["matmul_gflops"]) == {"numpy", "keras_vit", "timm"}
+            assert set(r["matmul_gflops"]) == libraries
             assert all(rate > 0 for rate in r["images_per_s"].values())
-        assert result["summary"]["timm"]["vs_timm"]["median"] == 1.0
+        assert result["summary"][peer]["vs_timm"]["median"] == 1.0
     assert {(p["task"], p["implementation"]) for p in payload["probes"]} == {
         (task, label) for task in ("inference", "training") for label in labels}
     assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > p["compile_s"] for p in payload["probes"])
@@ -62,3 +68,10 @@ def test_gpu_targets_are_images_per_second():
     results = [{"task": "training", "variant": "B/16", "batch": 256, "summary": summary}]
     checks = {c["target"]: c["met"] for c in run.targets(results, [], "gpu")}
     assert checks == {"B/16 training batch 256, images/s": True, "B/16 inference batch 256, images/s": None}
+
+
+def test_a_dying_worker_is_reported_with_its_output():
+    worker = run.WorkerProcess(sys.executable, "no_such_side", threads=1)  # argparse refuses it and exits
+    worker.process.wait()
+    with pytest.raises(RuntimeError, match=r"(?s)exited \(code 2\).*invalid choice: 'no_such_side'"):
+        worker.ask("versions")
