@@ -15,7 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from export import loading, saved_model  # noqa: E402
+from export import loading, saved_model, tflite  # noqa: E402
 
 FORMATS = ("saved_model", "tflite")
 _MODEL = flags.DEFINE_string("model", None, "A .keras file, or an official .npz (with --variant).")
@@ -28,7 +28,7 @@ _VERSION = flags.DEFINE_integer("version", None, "TF Serving version (default: t
 _LABELS = flags.DEFINE_string("labels", None, "A text file of class names, one per line, in class order.")
 _TOP_K = flags.DEFINE_integer("top_k", 5, "Classes in the top-k outputs.")
 _CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of decoded images (1.0: none).")
-_QUANTIZE = flags.DEFINE_enum("quantize", "none", ["none", "float16", "dynamic", "int8"], "TFLite quantisation.")
+_QUANTIZE = flags.DEFINE_enum("quantize", "none", list(tflite.QUANTIZATIONS), "TFLite quantisation.")
 _IMAGES = flags.DEFINE_string("images", None, "Glob of real JPEG/PNG images: TFLite verification and int8 calibration.")
 _FORCE = flags.DEFINE_bool("force", False, "Write a TFLite model that misses its agreement threshold.")
 _INSPECT = flags.DEFINE_string("inspect", None, "Print the metadata and signatures of an export and exit.")
@@ -63,8 +63,6 @@ def main(argv):
         print(f"SavedModel written to {path}")
         print(saved_model.inspect(path))
         return 0
-    from export import tflite
-
     if not _IMAGES.value:
         raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
     images = read_images(_IMAGES.value, model)

@@ -49,3 +49,9 @@ def load_model(path, variant=None, image_size=None, classes=None, **model_kwargs
                           classifier_activation=None, name=pathlib.Path(path).stem.replace(".", "_"),
                           **model_kwargs)
     return keras_vit.load_npz(model, path)
+
+
+def outputs_probabilities(model):
+    """Whether `model` ends in a softmax (True) or returns logits (False)."""
+    activation = getattr(model.layers[-1], "activation", None)
+    return activation is keras.activations.softmax

@@ -25,6 +25,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from export.loading import outputs_probabilities
+from keras_vit.preprocessing import resize_and_center_crop
+
 METADATA = "keras_vit_export.json"
 
 
@@ -50,11 +53,6 @@ class Preprocessing:
         return cls((height, width), channels, crop_fraction)
 
 
-def _head_has_softmax(model):
-    head = next((layer for layer in model.layers if layer.name == "head"), None)
-    return head is not None and getattr(head.activation, "__name__", "") == "softmax"
-
-
 class ServingModule(tf.Module):
     """The Keras model with its preprocessing and outputs, as tf.functions."""
 
@@ -64,7 +62,7 @@ class ServingModule(tf.Module):
         features = "pre_logits" if any(l.name == "pre_logits" for l in model.layers) else "pooling"
         self.feature_model = keras.Model(model.inputs, model.get_layer(features).output)
         self.preprocessing = preprocessing
-        self.softmax_in_model = _head_has_softmax(model)
+        self.softmax_in_model = outputs_probabilities(model)
         self.top_k = min(top_k, model.output_shape[-1])
         self.labels = None
         if labels_path:
@@ -78,15 +76,7 @@ class ServingModule(tf.Module):
     def _resize(self, pixels):
         """One [h, w, C] image in 0-255 -> model size, centre-cropped, in [-1, 1]."""
         p = self.preprocessing
-        height, width = p.image_size
-        pixels = tf.cast(pixels, tf.float32)
-        if p.crop_fraction < 1.0:
-            shape = tf.cast(tf.shape(pixels)[:2], tf.float32)
-            scale = max(height, width) / p.crop_fraction / tf.reduce_min(shape)
-            pixels = tf.image.resize(pixels, tf.cast(tf.round(shape * scale), tf.int32), method=p.interpolation)
-            pixels = tf.image.resize_with_crop_or_pad(pixels, height, width)
-        else:
-            pixels = tf.image.resize(pixels, (height, width), method=p.interpolation)
+        pixels = resize_and_center_crop(tf.cast(pixels, tf.float32), p.image_size, p.crop_fraction, p.interpolation)
         return (pixels / 255.0 - p.mean) / p.std
 
     def _decode(self, index, data):

@@ -31,10 +31,10 @@ import tempfile
 import time
 import warnings
 
-import keras
 import numpy as np
 import tensorflow as tf
 
+from export.loading import outputs_probabilities
 from keras_vit.layers.utils import check_choice
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
@@ -233,12 +233,6 @@ def float_ops(tflite_bytes):
         if any(dtypes[index] == np.float32 for index in op["outputs"] if index >= 0):
             counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
     return dict(sorted(counts.items()))
-
-
-def outputs_probabilities(model):
-    """Whether `model` ends in a softmax (True) or returns logits (False)."""
-    activation = getattr(model.layers[-1], "activation", None)
-    return activation is keras.activations.softmax
 
 
 def _softmax(logits):

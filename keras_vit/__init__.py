@@ -22,7 +22,7 @@ from keras_vit.model import (
     ViT_S32,
     ViT_Ti16,
 )
-from keras_vit.preprocessing import preprocess_input
+from keras_vit.preprocessing import preprocess_input, resize_and_center_crop
 from keras_vit.variants import decode_variant
 
 warn_if_shadowed()

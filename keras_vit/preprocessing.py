@@ -1,6 +1,7 @@
 """Input scaling of the official checkpoints: pixels to [-1, 1]."""
 
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
 
@@ -24,3 +25,34 @@ def preprocess_input(x, data_format=None):
     if isinstance(x, (np.ndarray, list, tuple, int, float)):
         return np.asarray(x, np.float32) / np.float32(127.5) - np.float32(1.0)
     return ops.cast(x, "float32") / 127.5 - 1.0
+
+
+def resize_and_center_crop(image, size, crop_fraction=1.0, interpolation="bilinear"):
+    """Resizes one `(h, w, C)` image to `size`, keeping `crop_fraction` of its centre.
+
+    With `crop_fraction < 1` the short side is first scaled to
+    `max(size) / crop_fraction` (aspect kept), then the centre `size` is cut
+    out: the evaluation crop of Inception, DeiT and the official code
+    (0.875). With 1.0 the whole image is resized to `size`.
+
+    Args:
+        image: `(h, w, C)` tensor of pixels, any real or integer dtype.
+        size: `(height, width)` of the result.
+        crop_fraction: float in (0, 1]. Defaults to 1.0.
+        interpolation: a `tf.image.resize` method. Defaults to "bilinear".
+
+    Returns:
+        float32 `(height, width, C)` pixels in the input's range.
+
+    Example:
+    >>> image = np.zeros((300, 400, 3), "uint8")
+    >>> tuple(resize_and_center_crop(image, (224, 224), 0.875).shape)
+    (224, 224, 3)
+    """
+    height, width = size
+    if crop_fraction < 1.0:
+        shape = tf.cast(tf.shape(image)[:2], tf.float32)
+        scale = max(height, width) / crop_fraction / tf.reduce_min(shape)
+        image = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method=interpolation)
+        return tf.image.resize_with_crop_or_pad(image, height, width)
+    return tf.image.resize(image, (height, width), method=interpolation)

@@ -14,3 +14,16 @@ def test_maps_uint8_pixels_to_minus_one_one():
 def test_tensors_stay_tensors():
     out = preprocess_input(tf.constant([0, 255], tf.uint8))
     assert isinstance(out, tf.Tensor) and out.numpy().tolist() == [-1.0, 1.0]
+
+
+def test_resize_and_center_crop_keeps_the_centre_of_the_short_side():
+    from keras_vit import resize_and_center_crop
+
+    # Columns numbered 0..39 on a 20x40 image; a 0.5 crop to 10x10 scales the short side to 20 and keeps
+    # the middle 10 columns (15..24) and rows.
+    image = np.tile(np.arange(40, dtype="float32")[None, :, None], (20, 1, 1))
+    cropped = np.asarray(resize_and_center_crop(image, (10, 10), crop_fraction=0.5))
+    assert cropped.shape == (10, 10, 1)
+    np.testing.assert_allclose(cropped[0, :, 0], np.arange(15, 25))
+    whole = np.asarray(resize_and_center_crop(image, (10, 20)))
+    assert whole.shape == (10, 20, 1) and whole.min() >= 0 and whole.max() <= 39

@@ -13,6 +13,8 @@ import functools
 
 import tensorflow as tf
 
+from keras_vit.preprocessing import preprocess_input, resize_and_center_crop
+
 AUTOTUNE = tf.data.AUTOTUNE
 
 
@@ -73,10 +75,6 @@ def _parse_example(record):
     return image, features["image/class/label"]
 
 
-def _normalise(image):
-    return tf.cast(image, tf.float32) / 127.5 - 1.0  # keras_vit.preprocess_input
-
-
 def _train_image(image, seed, recipe):
     size = recipe.image_size
     seeds = tf.random.experimental.stateless_split(seed, 4)
@@ -100,7 +98,7 @@ def _train_image(image, seed, recipe):
         image = augment.RandAugment(
             num_layers=recipe.randaugment_layers, magnitude=recipe.randaugment_magnitude,
             magnitude_std=recipe.randaugment_magnitude_std, exclude_ops=["Cutout"]).distort(image)
-    image = _normalise(image)
+    image = preprocess_input(image)
     if recipe.random_erasing:
         from official.vision.ops import augment
 
@@ -110,15 +108,8 @@ def _train_image(image, seed, recipe):
 
 def eval_image(image, recipe):
     """Resize (short side to size / crop_fraction), centre crop, normalise."""
-    size = recipe.image_size
-    if recipe.eval_crop_fraction < 1.0:
-        shape = tf.cast(tf.shape(image)[:2], tf.float32)
-        scale = size / recipe.eval_crop_fraction / tf.reduce_min(shape)
-        image = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method="bilinear")
-        image = tf.image.resize_with_crop_or_pad(image, size, size)
-    else:
-        image = tf.image.resize(image, (size, size), method="bilinear")
-    return _normalise(tf.clip_by_value(tf.round(image), 0, 255))
+    image = resize_and_center_crop(image, (recipe.image_size,) * 2, recipe.eval_crop_fraction)
+    return preprocess_input(tf.clip_by_value(tf.round(image), 0, 255))
 
 
 def _split(ds, count, global_batch, input_context):

@@ -158,6 +158,12 @@ def _fit_multi_worker(model, dataset, strategy):
     keras_trainer.reduce_per_replica = reduce_per_replica
 
 
+def _write_text_atomically(path, text):
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _atomic_save_keras(model, path):
     """Saves the model without its training state, under a temporary name first.
 
@@ -177,9 +183,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
     if saved.exists() and json.loads(saved.read_text()) != dataclasses.asdict(recipe):
         raise ValueError(
             f"{model_dir} holds a run of another recipe ({saved}); use a new --model_dir or the same flags")
-    tmp = saved.with_name("recipe.json.tmp")
-    tmp.write_text(recipe.to_json())
-    os.replace(tmp, saved)
+    _write_text_atomically(saved, recipe.to_json())
 
     policy = recipe.mixed_precision
     if policy == "auto":
@@ -247,9 +251,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
     if is_chief:
         _atomic_save_keras(model, model_dir / "model.keras")
         keras_vit.save_npz(model, model_dir / "model.npz")
-        tmp = model_dir / "metrics.json.tmp"
-        tmp.write_text(json.dumps(metrics, indent=2))
-        os.replace(tmp, model_dir / "metrics.json")
+        _write_text_atomically(model_dir / "metrics.json", json.dumps(metrics, indent=2))
     return model, metrics
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from export import tflite
+from export import loading, tflite
 
 SIZE = 16
 CLASSES = 3
@@ -79,7 +79,7 @@ def test_int8_quantizes_gelu_softmax_and_layernorm(variants):
 def test_verify_applies_softmax_once(trained, variants):
     model, held_out, _ = trained
     probabilities = keras.Model(model.input, keras.layers.Activation("softmax")(model.output))
-    assert tflite.outputs_probabilities(probabilities) and not tflite.outputs_probabilities(model)
+    assert loading.outputs_probabilities(probabilities) and not loading.outputs_probabilities(model)
     on_probabilities = tflite.verify(tflite.convert(probabilities), probabilities, held_out)
     on_logits = tflite.verify(variants["none"], model, held_out)
     assert on_probabilities["top1_agreement"] == on_logits["top1_agreement"] == 1.0
