@@ -9,6 +9,8 @@ field; an unknown field is an error. The resolved recipe is saved as
 import dataclasses
 import json
 
+from keras_vit.model import CLASSIFIERS, POSITION_EMBEDDINGS
+
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
@@ -190,12 +192,12 @@ RECIPES = {
 }
 
 CHOICES = {
-    "classifier": ("token", "gap"),
+    "classifier": CLASSIFIERS,
     "train_crop": ("inception", "resize"),
     "optimizer": ("adam", "adamw", "sgd"),
     "schedule": ("cosine", "linear", "constant"),
     "mixed_precision": ("auto", "bfloat16", "float32"),
-    "position_embedding": ("learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d", "none"),
+    "position_embedding": POSITION_EMBEDDINGS,
 }
 
 
