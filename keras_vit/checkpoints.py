@@ -117,9 +117,8 @@ def describe(arrays):
     if size and not hybrid:
         name = f"ViT-{size}/{patch}"
     elif size:
-        stem = next((f"{key[0]}+ViT-{size}/{key[1]}" for key, s in STEMS.items()
+        name = next((f"{key[0]}+ViT-{size}/{key[1]}" for key, s in STEMS.items()
                      if s.resnet_num_layers == stages and s.patch_size == patch), None)
-        name = stem
     details = f"hidden {width}, {len(blocks)} blocks, {heads} heads, patch {patch}"
     if hybrid:
         details += f", ResNet stages {stages}"
