@@ -22,7 +22,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.layers import PositionEmbedding
+from keras_vit.layers import PositionEmbedding, ScannedEncoder
 from keras_vit.variants import SIZES, STEMS
 
 # GroupNorm scale and bias are (C,) here and (1, 1, 1, C) in released files.
@@ -75,6 +75,25 @@ def official_key(path):
         f"The weight {path!r} has no key in the official checkpoint format "
         "nor an extension key of keras_vit"
     )
+
+
+def _entries(model):
+    """`(weight path, variable, block)` for each array `model` has in the format.
+
+    A `ScannedEncoder`'s stacked weight is one entry per block, under the
+    path the unrolled model gives it (`encoder_block_3/mlp/dense_1/kernel`),
+    with `block` the index on its leading axis; other weights are themselves
+    (`block` None).
+    """
+    scanned = {id(w): layer for layer in model.layers if isinstance(layer, ScannedEncoder) for w in layer.weights}
+    for weight in model.weights:
+        layer = scanned.get(id(weight))
+        if layer is None:
+            yield weight.path, weight, None
+            continue
+        block_path = weight.name.replace(".", "/")
+        for block in range(layer.num_layers):
+            yield f"encoder_block_{block}/{block_path}", weight, block
 
 
 def read_npz(path):
@@ -150,18 +169,26 @@ def load_npz(model, path, source_grid_size=None):
     """
     arrays = read_npz(path)
     resized = {}  # layer name -> its tables resampled to the model's grid
-    assigned, missing, mismatched = {}, [], []
-    for weight in model.weights:
-        key, transform = official_key(weight.path)
+    values, missing, mismatched = {}, [], []  # values: (variable id, block) -> array
+    entries = list(_entries(model))
+    for path_in_model, weight, block in entries:
+        key, transform = official_key(path_in_model)
         if key not in arrays:
             missing.append(key)
             continue
         value = arrays[key]
-        if transform == GROUP_NORM and value.size == math.prod(weight.shape):
-            value = value.reshape(weight.shape)
-        if tuple(value.shape) != tuple(weight.shape):
-            layer_path, name = weight.path.rsplit("/", 1)
+        shape = tuple(weight.shape if block is None else weight.shape[1:])
+        if transform == GROUP_NORM and value.size == math.prod(shape):
+            value = value.reshape(shape)
+        if tuple(value.shape) != shape:
+            layer_path, name = path_in_model.rsplit("/", 1)
             layer_name = layer_path.split("/")[0]
+            if block is not None and name.endswith("relative_embedding"):
+                raise ValueError(
+                    f"{key} is made for another grid: {value.shape} vs {shape}. Resizing relative "
+                    "tables needs the unrolled blocks: load into a model with scan_layers=False, "
+                    "save it with save_npz, and load that file"
+                )
             if layer_path == "position_embedding" or name.endswith("relative_embedding"):
                 if layer_path not in resized:
                     layer = model.get_layer(layer_name)
@@ -170,13 +197,13 @@ def load_npz(model, path, source_grid_size=None):
                 value = resized[layer_path][name]
             elif layer_name == "head":
                 logging.warning("The checkpoint's head has %s classes; the model's %s-class head is "
-                                "re-initialised to zeros", value.shape[-1], weight.shape[-1])
-                value = np.zeros(weight.shape, np.float32)
+                                "re-initialised to zeros", value.shape[-1], shape[-1])
+                value = np.zeros(shape, np.float32)
             else:
-                mismatched.append(f"{key}: model {tuple(weight.shape)} vs file {tuple(value.shape)}")
+                mismatched.append(f"{key}: model {shape} vs file {tuple(value.shape)}")
                 continue
-        assigned[key] = (weight, value)
-    unexpected = set(arrays) - {official_key(w.path)[0] for w in model.weights}
+        values[id(weight), block] = value
+    unexpected = set(arrays) - {official_key(path_in_model)[0] for path_in_model, _, _ in entries}
     if not any(layer.name == "head" for layer in model.layers):
         # A model without its top takes the features of a full checkpoint.
         unexpected -= {"head/kernel", "head/bias"}
@@ -188,8 +215,11 @@ def load_npz(model, path, source_grid_size=None):
             f"Missing keys: {missing}\nUnexpected keys: {unexpected}\n"
             f"Shape mismatches: {mismatched}"
         )
-    for weight, value in assigned.values():
-        weight.assign(value)
+    for weight in model.weights:
+        if (id(weight), None) in values:
+            weight.assign(values[id(weight), None])
+        else:  # stacked: one array per block
+            weight.assign(np.stack([values[id(weight), b] for b in range(weight.shape[0])]))
     return model
 
 
@@ -232,10 +262,12 @@ def save_npz(model, path):
     The file is written under a temporary name and renamed when complete,
     so a crash never leaves a half-written checkpoint under `path`.
     """
-    arrays = {}
-    for weight in model.weights:
-        key, transform = official_key(weight.path)
-        value = np.asarray(weight.numpy(), np.float32)
+    arrays, numpy = {}, {}
+    for path_in_model, weight, block in _entries(model):
+        key, transform = official_key(path_in_model)
+        if id(weight) not in numpy:
+            numpy[id(weight)] = np.asarray(weight.numpy(), np.float32)
+        value = numpy[id(weight)] if block is None else numpy[id(weight)][block]
         arrays[key] = value.reshape(1, 1, 1, -1) if transform == GROUP_NORM else value
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)

@@ -16,7 +16,7 @@ CASES = json.loads((FIXTURES / "cases.json").read_text())["cases"]
 ATOL = 1e-4
 
 
-def build(case):
+def build(case, **kwargs):
     c = CASES[case]
     resnet = c["resnet"] and dict(resnet_num_layers=tuple(c["resnet"]["num_layers"]),
                                   resnet_width_factor=c["resnet"]["width_factor"])
@@ -25,7 +25,7 @@ def build(case):
         patch_size=c["patch_size"], hidden_size=c["hidden_size"], mlp_dim=c["mlp_dim"],
         num_heads=c["num_heads"], num_layers=c["num_layers"], image_size=tuple(c["image_size"]),
         classes=c["num_classes"], classifier=c["classifier"],
-        representation_size=c["representation_size"], classifier_activation=None,
+        representation_size=c["representation_size"], classifier_activation=None, **kwargs,
     )
 
 
@@ -54,6 +54,28 @@ def test_save_then_load_is_bit_exact(tmp_path, case):
     for key in source:
         np.testing.assert_array_equal(written[key], source[key], err_msg=key)
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.parametrize("case", ["token", "hybrid"])
+def test_a_scanned_encoder_reads_and_writes_the_official_format(tmp_path, case):
+    io = np.load(FIXTURES / f"{case}_io.npz")
+    model = checkpoints.load_npz(build(case, scan_layers=True), FIXTURES / f"{case}.npz")
+    assert "encoder" in [layer.name for layer in model.layers]
+    np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=ATOL)
+    source = checkpoints.read_npz(FIXTURES / f"{case}.npz")
+    written = checkpoints.read_npz(checkpoints.save_npz(model, tmp_path / "out.npz"))
+    assert sorted(written) == sorted(source)
+    for key in source:
+        np.testing.assert_array_equal(written[key], source[key], err_msg=key)
+
+
+def test_relative_tables_for_another_grid_need_the_unrolled_blocks(tmp_path):
+    tiny = dict(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2,
+                position_embedding="relative")
+    path = checkpoints.save_npz(keras_vit.ViT(**tiny, image_size=32), tmp_path / "m.npz")
+    checkpoints.load_npz(keras_vit.ViT(**tiny, image_size=32, scan_layers=True), path)
+    with pytest.raises(ValueError, match="made for another grid.*scan_layers=False"):
+        checkpoints.load_npz(keras_vit.ViT(**tiny, image_size=48, scan_layers=True), path)
 
 
 def test_another_architecture_is_refused_with_every_difference_named():

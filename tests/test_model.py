@@ -154,6 +154,34 @@ def test_mixed_bfloat16_computes_in_bf16_and_returns_float32_logits():
     np.testing.assert_allclose(np.asarray(logits), np.asarray(reference_model(IMAGES)), atol=0.1)
 
 
+def test_scan_layers_is_the_same_model_with_stacked_blocks():
+    unrolled, scanned = tiny(position_embedding="relative"), tiny(position_embedding="relative", scan_layers=True)
+    randomize_weights(unrolled, scale=0.2)
+    blocks = [unrolled.get_layer(f"encoder_block_{i}") for i in range(TINY["num_layers"])]
+    for weight in scanned.get_layer("encoder").weights:
+        path = weight.name.replace(".", "/")
+        weight.assign(np.stack([next(w for w in b.weights if w.path.endswith(f"/{path}")) for b in blocks]))
+    for layer in scanned.layers:
+        if layer.name != "encoder":
+            layer.set_weights(unrolled.get_layer(layer.name).get_weights())
+    assert scanned.count_params() == unrolled.count_params()
+    np.testing.assert_allclose(np.asarray(scanned(IMAGES)), np.asarray(unrolled(IMAGES)), atol=1e-5)
+
+
+def test_scan_layers_under_mixed_bfloat16():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = tiny(scan_layers=True)
+    assert model.get_layer("encoder").weights[0].dtype == "float32"
+    randomize_weights(model, scale=0.2)
+    assert keras.Model(model.input, model.get_layer("encoder").output)(IMAGES).dtype == "bfloat16"
+    logits = model(IMAGES)
+    assert logits.dtype == "float32"
+    keras.mixed_precision.set_global_policy("float32")
+    reference_model = tiny(scan_layers=True)
+    reference_model.set_weights(model.get_weights())
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(reference_model(IMAGES)), atol=0.1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("batch", [3, 5])
 def test_xla_training_on_rectangular_inputs_at_any_batch_size(batch):
@@ -225,6 +253,7 @@ def test_weights_argument_loads_a_keras_weights_file(tmp_path):
     (dict(image_size=(32, 32), input_shape=(32, 48, 3)), "disagree"),
     (dict(dynamic_image_size=True, position_embedding="relative_2d"), "fixed grid"),
     (dict(classes=0), "received classes=0"),
+    (dict(scan_layers=True, drop_path_rate=0.1), "no dropout or stochastic depth; .*drop_path_rate=0.1"),
 ])
 def test_bad_arguments_name_expected_and_received(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -43,6 +43,8 @@ class Recipe:
     attention_dropout_rate: float = 0.0
     # Stochastic depth of the last block (linear from 0).
     drop_path_rate: float = 0.0
+    # Stack the blocks' weights and run them in a loop: XLA compiles ~3x faster, steps ~15% slower.
+    scan_layers: bool = False
     # Weights to start from: a pretrained name of the variant, an .npz or "" (scratch).
     pretrained: str = ""
 

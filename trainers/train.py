@@ -80,6 +80,7 @@ def build_model(recipe, source):
         dropout_rate=recipe.dropout_rate,
         attention_dropout_rate=recipe.attention_dropout_rate,
         drop_path_rate=recipe.drop_path_rate,
+        scan_layers=recipe.scan_layers,
         weights=weights,
         name="vit",
     )

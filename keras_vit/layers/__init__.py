@@ -9,3 +9,4 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import SequencePooling
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.resnet_stem import ResidualUnit, ResNetStem, StdConv2D
+from keras_vit.layers.scanned_encoder import ScannedEncoder

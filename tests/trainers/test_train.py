@@ -103,6 +103,18 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, data_d
 
 
 @pytest.mark.slow
+def test_scan_layers_trains_and_writes_the_unrolled_format(tmp_path, data_dir):
+    result = run(trainer(tmp_path, data_dir, "--scan_layers", "--num_layers=2", "--train_steps=20",
+                         "--checkpoint_every=10"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    import keras_vit
+    model = keras_vit.ViT(patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2,
+                          input_shape=(8, 8, 1), classes=10, classifier="gap")
+    keras_vit.load_npz(model, tmp_path / "model.npz")
+    assert np.abs(model.get_layer("encoder_block_1").mlp.dense_1.kernel.numpy()).max() > 0
+
+
+@pytest.mark.slow
 def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
     outs = {}
     for mode in ("one", "mirrored"):

@@ -1,0 +1,154 @@
+"""The encoder's blocks as one loop over weights stacked on a layer axis.
+
+`ViT(scan_layers=True)` puts this layer where `num_layers` `EncoderBlock`s
+would be. The math is `EncoderBlock`'s, run once per block on that block's
+slice of the stacked weights, so XLA compiles one block instead of every
+block, and an optimizer updates one variable per kind of weight instead of
+one per block: on 2 CPU cores the first XLA training step of ViT-S/16 takes
+about a third of the time (BUILD.md). big_vision's ViT has the same option
+(`scan`). Official checkpoints load into it as into the unrolled model.
+"""
+
+import keras
+from keras import ops
+from keras.src.backend.common import global_state
+
+from keras_vit.layers.encoder_block import EncoderBlock
+
+
+class _PerBlock(keras.initializers.Initializer):
+    """Stacks `num` independent draws of a block weight's own initializer.
+
+    A Keras initializer gives the same values at every call (its seed is
+    fixed when it is made), so each block draws from a fresh copy, as each
+    unrolled block would.
+    """
+
+    def __init__(self, initializer, num):
+        self.initializer = initializer
+        self.num = num
+
+    def __call__(self, shape, dtype=None):
+        config = self.initializer.get_config()
+        copies = [
+            type(self.initializer).from_config({**config, "seed": None}) if "seed" in config else self.initializer
+            for _ in range(self.num)
+        ]
+        return ops.stack([copy(shape[1:], dtype=dtype) for copy in copies])
+
+
+def _unallocated_build(layer, input_shape):
+    """Builds `layer` so its variables hold no memory: they only name the slices fed to it.
+
+    Keras defers the values of variables made in a stateless scope and
+    allocates them when the outermost scope closes, unless they leave its
+    to-do list, which is what the last lines do.
+    """
+    with keras.StatelessScope(initialize_variables=False):
+        layer.build(input_shape)
+    own = {id(v) for v in layer.weights}
+    pending = global_state.get_global_attribute("uninitialized_variables") or []
+    global_state.set_global_attribute("uninitialized_variables", [v for v in pending if id(v) not in own])
+
+
+def _path_in_block(variable, block):
+    """`norm_1/gamma` of `encoder/block/norm_1/gamma`: the path below `block`."""
+    return f"/{variable.path}".rpartition(f"/{block.name}/")[2]
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ScannedEncoder(keras.layers.Layer):
+    """`num_layers` encoder blocks with stacked weights, run by one loop.
+
+    Each weight of `EncoderBlock` is held once with a leading axis of
+    `num_layers` and named by its path in the block, `/` written `.`
+    (`attention.query_kernel` is `(num_layers, D, heads, head_dim)`).
+    Dropout and stochastic depth are not supported: every block must be
+    the same function of its weights.
+
+    Args:
+        num_layers: int. Encoder blocks.
+        num_heads, mlp_dim, layer_norm_epsilon, relative_position,
+            grid_size, num_prefix_tokens, interpolation: as `EncoderBlock`.
+
+    Call arguments:
+        inputs: `(batch, tokens, width)`.
+        training: bool.
+
+    Returns:
+        `(batch, tokens, width)`.
+
+    Example:
+    >>> tuple(ScannedEncoder(3, num_heads=2, mlp_dim=32)(np.zeros((2, 5, 8))).shape)
+    (2, 5, 8)
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        num_heads,
+        mlp_dim,
+        layer_norm_epsilon=1e-6,
+        relative_position=None,
+        grid_size=None,
+        num_prefix_tokens=0,
+        interpolation="bilinear",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"`num_layers` must be a positive int; received num_layers={num_layers!r}")
+        self.num_layers = num_layers
+        self.block_config = {
+            "num_heads": num_heads,
+            "mlp_dim": mlp_dim,
+            "layer_norm_epsilon": float(layer_norm_epsilon),
+            "relative_position": relative_position,
+            "grid_size": grid_size,
+            "num_prefix_tokens": num_prefix_tokens,
+            "interpolation": interpolation,
+        }
+
+    def build(self, input_shape):
+        block = EncoderBlock(**self.block_config, dtype=self.dtype_policy, name="block")
+        _unallocated_build(block, input_shape)
+        # Only the block's call is kept: Keras would track, save and load the block itself.
+        self._run_block = block.stateless_call
+        self.stacked = [
+            self.add_weight(
+                name=_path_in_block(v, block).replace("/", "."),
+                shape=(self.num_layers, *v.shape),
+                initializer=_PerBlock(v._initializer, self.num_layers),
+                dtype=v.dtype,
+            )
+            for v in block.trainable_variables
+        ]
+
+    def call(self, inputs, training=None):
+        def run_block(i, x):
+            weights = [ops.take(w, i, axis=0) for w in self.stacked]
+            return self._run_block(weights, [], x, training=training)[0]
+
+        if training and inputs.shape[0] is None:
+            # XLA differentiates the loop only with static shapes (a batch of
+            # unknown size hides them), so such a batch runs the blocks unrolled.
+            for i in range(self.num_layers):
+                inputs = run_block(i, inputs)
+            return inputs
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            # XLA differentiates a while loop only with a bound on its trips.
+            return tf.while_loop(
+                lambda i, x: i < self.num_layers,
+                lambda i, x: (i + 1, run_block(i, x)),
+                (0, inputs),
+                maximum_iterations=self.num_layers,
+            )[1]
+        return ops.fori_loop(0, self.num_layers, run_block, inputs)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers, **self.block_config}

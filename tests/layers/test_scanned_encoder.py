@@ -1,0 +1,115 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit.layers import EncoderBlock, ScannedEncoder
+from tests.layer_checks import check_layer, randomize_weights
+
+X = np.random.default_rng(3).normal(size=(2, 5, 8)).astype("float32")
+CONFIG = dict(num_heads=2, mlp_dim=16, num_prefix_tokens=1)
+
+
+def scanned_and_blocks(num_layers=3, **config):
+    """A ScannedEncoder and the EncoderBlocks holding the same (random) weights."""
+    config = {**CONFIG, **config}
+    scanned = ScannedEncoder(num_layers, **config)
+    scanned.build(X.shape)
+    randomize_weights(scanned)
+    blocks = [EncoderBlock(**config) for _ in range(num_layers)]
+    for i, block in enumerate(blocks):
+        block.build(X.shape)
+        for weight in block.weights:
+            path = weight.path.split("/", 1)[1].replace("/", ".")
+            weight.assign(next(w for w in scanned.weights if w.name == path)[i])
+    return scanned, blocks
+
+
+def run_blocks(blocks, x, training=False):
+    for block in blocks:
+        x = block(x, training=training)
+    return x
+
+
+def test_standard_checks(tmp_path):
+    assert check_layer(ScannedEncoder(3, **CONFIG), tmp_path, X).shape == X.shape
+
+
+def test_weights_are_the_block_weights_stacked():
+    scanned = ScannedEncoder(4, **CONFIG)
+    scanned.build(X.shape)
+    block = EncoderBlock(**CONFIG)
+    block.build(X.shape)
+    assert [(w.name, tuple(w.shape)) for w in scanned.weights] == [
+        (w.path.split("/", 1)[1].replace("/", "."), (4, *w.shape)) for w in block.weights
+    ]
+    # Each block's slice is its own draw of the block's initializer.
+    kernel = next(w for w in scanned.weights if w.name == "mlp.dense_1.kernel").numpy()
+    assert not np.array_equal(kernel[0], kernel[1])
+    assert abs(kernel.std() - np.sqrt(6 / (8 + 16) / 3)) < 0.04  # glorot_uniform's, per block
+
+
+@pytest.mark.parametrize("relative_position", [None, "relative"])
+def test_equals_the_blocks_it_stacks_eager_and_under_xla(relative_position):
+    grid_size = (1, 4) if relative_position else None
+    scanned, blocks = scanned_and_blocks(relative_position=relative_position, grid_size=grid_size)
+    expected = np.asarray(run_blocks(blocks, X))
+    np.testing.assert_allclose(np.asarray(scanned(X)), expected, atol=1e-6)
+    compiled = tf.function(lambda x: scanned(x), jit_compile=True)
+    np.testing.assert_allclose(np.asarray(compiled(X)), expected, atol=1e-5)
+
+
+def test_xla_gradients_through_the_loop_equal_the_unrolled_blocks():
+    scanned, blocks = scanned_and_blocks()
+
+    @tf.function(jit_compile=True)
+    def scanned_grads(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.sin(scanned(x, training=True)))
+        return tape.gradient(loss, [w.value for w in scanned.weights])
+
+    @tf.function(jit_compile=True)
+    def block_grads(x):
+        weights = [w.value for block in blocks for w in block.weights]
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.sin(run_blocks(blocks, x, training=True)))
+        return tape.gradient(loss, weights)
+
+    per_block = block_grads(tf.constant(X))
+    per_kind = len(scanned.weights)
+    for j, grad in enumerate(scanned_grads(tf.constant(X))):
+        expected = np.stack([per_block[i * per_kind + j] for i in range(len(blocks))])
+        np.testing.assert_allclose(np.asarray(grad), expected, atol=1e-5, err_msg=scanned.weights[j].name)
+        if scanned.weights[j].name != "attention.key_bias":  # softmax ignores a key bias
+            assert np.abs(expected).max() > 1e-3
+
+
+def test_xla_fit_with_unknown_batch_runs_unrolled_and_trains():
+    scanned = ScannedEncoder(2, **CONFIG)
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, scanned(inputs))
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    before = [w.numpy().copy() for w in scanned.weights]
+    model.fit(X, np.ones_like(X), batch_size=2, epochs=2, verbose=0)  # numpy: the batch size is unknown
+    assert all(not np.array_equal(b, w.numpy()) for b, w in zip(before, scanned.weights))
+
+
+def test_the_template_block_holds_no_memory_and_is_not_saved(tmp_path):
+    scanned = ScannedEncoder(2, **CONFIG)
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, scanned(inputs))
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    dataset = tf.data.Dataset.from_tensor_slices((X, X)).batch(2, drop_remainder=True)
+    model.fit(dataset, epochs=1, verbose=0)
+    template = scanned._run_block.__self__
+    # Keras internals the layer relies on: variables made in a stateless scope stay unallocated.
+    assert template.weights and all(v._value is None for v in template.weights)
+    assert len(model.weights) == len(template.weights)
+    model.save(tmp_path / "m.keras")
+    assert len(keras.models.load_model(tmp_path / "m.keras").weights) == len(template.weights)
+
+
+@pytest.mark.parametrize("num_layers", [0, 2.0, None])
+def test_bad_num_layers(num_layers):
+    with pytest.raises(ValueError, match=f"received num_layers={num_layers!r}"):
+        ScannedEncoder(num_layers, **CONFIG)
