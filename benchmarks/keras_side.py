@@ -29,26 +29,26 @@ def matmul(m, k, n, dtype="float32"):
     return lambda: tf.linalg.matmul(a, b)[0, 0].numpy()
 
 
-def _model(variant, image_size, precision, num_layers):
+def _model(variant, image_size, precision, num_layers, scan_layers):
     fields = keras_vit.decode_variant(variant)
     if num_layers:
         fields["num_layers"] = num_layers
     keras.mixed_precision.set_global_policy(precision)
     try:
-        return keras_vit.ViT(**fields, image_size=image_size, classifier_activation=None)
+        return keras_vit.ViT(**fields, image_size=image_size, classifier_activation=None, scan_layers=scan_layers)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
 
-def inference(variant, batch, image_size, compiled=True, precision="float32", num_layers=None):
+def inference(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):
     """`compiled` asks for XLA (`jit_compile=True`); off runs the TF graph."""
-    model = tf.function(_model(variant, image_size, precision, num_layers), jit_compile=compiled)
+    model = tf.function(_model(variant, image_size, precision, num_layers, scan_layers), jit_compile=compiled)
     images = tf.random.uniform((batch, image_size, image_size, 3), -1, 1)
     return lambda: model(images).numpy()
 
 
-def training(variant, batch, image_size, compiled=True, precision="float32", num_layers=None):
-    model = _model(variant, image_size, precision, num_layers)
+def training(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):
+    model = _model(variant, image_size, precision, num_layers, scan_layers)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4), jit_compile=compiled,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     images = tf.random.uniform((batch, image_size, image_size, 3), -1, 1)

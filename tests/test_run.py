@@ -54,6 +54,7 @@ def test_targets_read_the_measurements():
     summary = {"keras_vit XLA": {"vs_timm": {"median": 1.3}, "fraction_of_limit": {"median": 0.8}}}
     results = [{"task": "inference", "variant": "B/16", "batch": 8, "summary": summary}]
     probes = [{"task": "inference", "implementation": "keras_vit XLA", "first_call_s": 4.0, "peak_rss_mb": 1000},
+              {"task": "inference", "implementation": "keras_vit XLA scan", "first_call_s": 6.0, "peak_rss_mb": 1100},
               {"task": "inference", "implementation": "timm", "first_call_s": 1.0, "peak_rss_mb": 800}]
     checks = {c["target"]: c for c in run.targets(results, probes, "cpu")}
     assert checks["B/16 inference batch 8, x timm"]["met"] is True
@@ -61,6 +62,8 @@ def test_targets_read_the_measurements():
     assert checks["B/16 inference batch 1, x timm"]["met"] is None
     assert checks["B/16 first XLA inference call, s"]["met"] is True
     assert checks["B/16 inference peak RSS, x timm"]["measured"] == 1.25
+    assert checks["B/16 first XLA inference call (scan_layers), s"]["met"] is False
+    assert checks["B/16 inference peak RSS (scan_layers), x timm"]["measured"] == 1.375
 
 
 def test_gpu_targets_are_images_per_second():
