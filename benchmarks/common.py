@@ -45,10 +45,10 @@ def vit_forward_flops(image_size, patch_size, hidden_size, mlp_dim, num_layers, 
 
 
 def time_calls(fn, seconds):
-    """Seconds per call of `fn`, repeated for about `seconds` (at least 2 calls)."""
+    """Seconds per call of `fn`, repeated for about `seconds` (at least once, after a warm-up call)."""
     fn()  # warm caches after whatever ran before
     runs, start = 0, time.perf_counter()
-    while runs < 2 or time.perf_counter() - start < seconds:
+    while runs < 1 or time.perf_counter() - start < seconds:
         fn()
         runs += 1
     return (time.perf_counter() - start) / runs

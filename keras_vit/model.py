@@ -5,7 +5,7 @@ The model of Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR
 checkpoints load one to one, with the `keras.applications` signature.
 
     image -> [ResNetStem] -> PatchEmbedding -> [ClassToken] -> PositionEmbedding -> Dropout
-          -> EncoderBlock x num_layers -> LayerNorm ("encoder_norm")
+          -> EncoderBlock x num_layers (or one ScannedEncoder) -> LayerNorm ("encoder_norm")
           -> SequencePooling -> [Dense tanh "pre_logits"] -> Dense "head"
 """
 
@@ -138,9 +138,10 @@ def ViT(
             Defaults to 1.
         scan_layers: bool. Hold the encoder blocks' weights stacked in one
             `ScannedEncoder` layer ("encoder") run by a loop, instead of
-            `encoder_block_0`, ...: the same function, compiled by XLA in
-            about a third of the time, but training steps about 15% slower
-            on CPU, and no dropout or stochastic depth (BUILD.md).
+            `encoder_block_0`, ...: the same function and checkpoints,
+            compiled by XLA in a quarter to half the time, but training
+            steps ~15% slower on CPU, and no dropout or stochastic depth
+            (BUILD.md).
             Defaults to False.
         name: str. The model's name.
 
@@ -221,20 +222,21 @@ def ViT(
             interpolation=interpolation,
             name="encoder",
         )(tokens)
-    for i in range(0 if scan_layers else num_layers):
-        tokens = vit_layers.EncoderBlock(
-            num_heads,
-            mlp_dim,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
-            drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
-            layer_norm_epsilon=layer_norm_epsilon,
-            relative_position=relative,
-            grid_size=grid_size if relative else None,
-            num_prefix_tokens=num_prefix_tokens,
-            interpolation=interpolation,
-            name=f"encoder_block_{i}",
-        )(tokens)
+    else:
+        for i in range(num_layers):
+            tokens = vit_layers.EncoderBlock(
+                num_heads,
+                mlp_dim,
+                dropout_rate=dropout_rate,
+                attention_dropout_rate=attention_dropout_rate,
+                drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
+                layer_norm_epsilon=layer_norm_epsilon,
+                relative_position=relative,
+                grid_size=grid_size if relative else None,
+                num_prefix_tokens=num_prefix_tokens,
+                interpolation=interpolation,
+                name=f"encoder_block_{i}",
+            )(tokens)
     tokens = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(tokens)
 
     if include_top or pooling is None:
