@@ -175,3 +175,13 @@ def test_saved_model_cli_lists_the_signatures(exported):
     assert result.returncode == 0, result.stderr[-2000:]
     for name in ("serving_default", "predict_pixels", "predict_float", "embeddings", "top_k_labels"):
         assert name in result.stdout
+
+
+def test_a_scanned_model_serves_the_same_probabilities(model, tmp_path):
+    scanned = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=16,
+                            classes=3, classifier_activation=None, scan_layers=True)
+    keras_vit.load_npz(scanned, keras_vit.save_npz(model, tmp_path / "m.npz"))
+    path = saved_model.export_saved_model(scanned, tmp_path / "serving", name="vit", labels=LABELS)
+    images = encoded_images()
+    served = tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(images))
+    np.testing.assert_allclose(served["probabilities"].numpy(), keras_probabilities(model, images), atol=1e-5)

@@ -62,6 +62,15 @@ def test_float32_variant_reproduces_the_keras_logits(trained, variants):
     np.testing.assert_allclose(tflite.run(variants["none"], held_out), model.predict(held_out, verbose=0), atol=1e-5)
 
 
+def test_a_scanned_model_converts_with_its_loop(trained, tmp_path):
+    model, held_out, _ = trained
+    scanned = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation=None, scan_layers=True)
+    keras_vit.load_npz(scanned, keras_vit.save_npz(model, tmp_path / "m.npz"))
+    converted = tflite.convert(scanned)
+    assert "WHILE" in tflite.float_ops(converted)  # one block in a loop, not unrolled by the converter
+    np.testing.assert_allclose(tflite.run(converted, held_out), model.predict(held_out, verbose=0), atol=1e-5)
+
+
 def test_quantized_variants_are_smaller(variants):
     sizes = {q: len(b) for q, b in variants.items()}
     # 32-wide weights are a small part of a tiny model, so the savings are well below 2x and 4x.
