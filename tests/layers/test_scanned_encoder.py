@@ -84,7 +84,7 @@ def test_xla_gradients_through_the_loop_equal_the_unrolled_blocks():
             assert np.abs(expected).max() > 1e-3
 
 
-def test_xla_fit_with_unknown_batch_runs_unrolled_and_trains():
+def test_xla_fit_with_an_unknown_batch_size_trains():
     scanned = ScannedEncoder(2, **CONFIG)
     inputs = keras.Input((5, 8))
     model = keras.Model(inputs, scanned(inputs))
