@@ -166,12 +166,6 @@ def ViT(
             "position_embedding='relative_2d' needs a fixed grid; received dynamic_image_size=True. "
             "Use 'relative' or build one model per resolution."
         )
-    if scan_layers and (dropout_rate or attention_dropout_rate or drop_path_rate):
-        raise ValueError(
-            "scan_layers=True runs every block as the same function, so it takes no dropout or "
-            f"stochastic depth; received dropout_rate={dropout_rate}, "
-            f"attention_dropout_rate={attention_dropout_rate}, drop_path_rate={drop_path_rate}"
-        )
     patch_size = to_pair(patch_size, "patch_size")
     image_size, input_shape = _resolve_input_shape(
         image_size, input_shape, input_tensor, dynamic_image_size
@@ -210,31 +204,25 @@ def ViT(
         name="position_embedding",
     )(patches, prefix_tokens=prefix)
     tokens = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(tokens)
+    block_config = dict(
+        num_heads=num_heads,
+        mlp_dim=mlp_dim,
+        dropout_rate=dropout_rate,
+        attention_dropout_rate=attention_dropout_rate,
+        layer_norm_epsilon=layer_norm_epsilon,
+        relative_position=relative,
+        grid_size=grid_size if relative else None,
+        num_prefix_tokens=num_prefix_tokens,
+        interpolation=interpolation,
+    )
     if scan_layers:
-        tokens = vit_layers.ScannedEncoder(
-            num_layers,
-            num_heads,
-            mlp_dim,
-            layer_norm_epsilon=layer_norm_epsilon,
-            relative_position=relative,
-            grid_size=grid_size if relative else None,
-            num_prefix_tokens=num_prefix_tokens,
-            interpolation=interpolation,
-            name="encoder",
-        )(tokens)
+        block_config["drop_path_rate"] = drop_path_rate  # refused unless 0: one function for all blocks
+        tokens = vit_layers.ScannedEncoder(num_layers, block_config, name="encoder")(tokens)
     else:
         for i in range(num_layers):
             tokens = vit_layers.EncoderBlock(
-                num_heads,
-                mlp_dim,
-                dropout_rate=dropout_rate,
-                attention_dropout_rate=attention_dropout_rate,
+                **block_config,
                 drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
-                layer_norm_epsilon=layer_norm_epsilon,
-                relative_position=relative,
-                grid_size=grid_size if relative else None,
-                num_prefix_tokens=num_prefix_tokens,
-                interpolation=interpolation,
                 name=f"encoder_block_{i}",
             )(tokens)
     tokens = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(tokens)

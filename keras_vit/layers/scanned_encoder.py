@@ -63,13 +63,13 @@ class ScannedEncoder(keras.layers.Layer):
     Each weight of `EncoderBlock` is held once with a leading axis of
     `num_layers` and named by its path in the block, `/` written `.`
     (`attention.query_kernel` is `(num_layers, D, heads, head_dim)`).
-    Dropout and stochastic depth are not supported: every block must be
-    the same function of its weights.
+    Dropout and stochastic depth are refused: every block must be the same
+    function of its weights.
 
     Args:
         num_layers: int. Encoder blocks.
-        num_heads, mlp_dim, layer_norm_epsilon, relative_position,
-            grid_size, num_prefix_tokens, interpolation: as `EncoderBlock`.
+        block_config: dict. The arguments of `EncoderBlock` for every block
+            (`num_heads`, `mlp_dim`, ...).
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -79,35 +79,24 @@ class ScannedEncoder(keras.layers.Layer):
         `(batch, tokens, width)`.
 
     Example:
-    >>> tuple(ScannedEncoder(3, num_heads=2, mlp_dim=32)(np.zeros((2, 5, 8))).shape)
+    >>> encoder = ScannedEncoder(3, {"num_heads": 2, "mlp_dim": 32})
+    >>> tuple(encoder(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
-    def __init__(
-        self,
-        num_layers,
-        num_heads,
-        mlp_dim,
-        layer_norm_epsilon=1e-6,
-        relative_position=None,
-        grid_size=None,
-        num_prefix_tokens=0,
-        interpolation="bilinear",
-        **kwargs,
-    ):
+    def __init__(self, num_layers, block_config, **kwargs):
         super().__init__(**kwargs)
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"`num_layers` must be a positive int; received num_layers={num_layers!r}")
+        rates = {name: block_config.get(name, 0.0)
+                 for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate")}
+        if any(rates.values()):
+            raise ValueError(
+                "scan_layers=True runs every block as the same function, so it takes no dropout or "
+                "stochastic depth; received " + ", ".join(f"{k}={v}" for k, v in rates.items())
+            )
         self.num_layers = num_layers
-        self.block_config = {
-            "num_heads": num_heads,
-            "mlp_dim": mlp_dim,
-            "layer_norm_epsilon": float(layer_norm_epsilon),
-            "relative_position": relative_position,
-            "grid_size": grid_size,
-            "num_prefix_tokens": num_prefix_tokens,
-            "interpolation": interpolation,
-        }
+        self.block_config = dict(block_config)
 
     def build(self, input_shape):
         block = EncoderBlock(**self.block_config, dtype=self.dtype_policy, name="block")
@@ -151,4 +140,4 @@ class ScannedEncoder(keras.layers.Layer):
         return input_shape
 
     def get_config(self):
-        return {**super().get_config(), "num_layers": self.num_layers, **self.block_config}
+        return {**super().get_config(), "num_layers": self.num_layers, "block_config": self.block_config}

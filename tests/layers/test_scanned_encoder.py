@@ -13,7 +13,7 @@ CONFIG = dict(num_heads=2, mlp_dim=16, num_prefix_tokens=1)
 def scanned_and_blocks(num_layers=3, **config):
     """A ScannedEncoder and the EncoderBlocks holding the same (random) weights."""
     config = {**CONFIG, **config}
-    scanned = ScannedEncoder(num_layers, **config)
+    scanned = ScannedEncoder(num_layers, config)
     scanned.build(X.shape)
     randomize_weights(scanned)
     blocks = [EncoderBlock(**config) for _ in range(num_layers)]
@@ -32,11 +32,11 @@ def run_blocks(blocks, x, training=False):
 
 
 def test_standard_checks(tmp_path):
-    assert check_layer(ScannedEncoder(3, **CONFIG), tmp_path, X).shape == X.shape
+    assert check_layer(ScannedEncoder(3, CONFIG), tmp_path, X).shape == X.shape
 
 
 def test_weights_are_the_block_weights_stacked():
-    scanned = ScannedEncoder(4, **CONFIG)
+    scanned = ScannedEncoder(4, CONFIG)
     scanned.build(X.shape)
     block = EncoderBlock(**CONFIG)
     block.build(X.shape)
@@ -85,7 +85,7 @@ def test_xla_gradients_through_the_loop_equal_the_unrolled_blocks():
 
 
 def test_xla_fit_with_an_unknown_batch_size_trains():
-    scanned = ScannedEncoder(2, **CONFIG)
+    scanned = ScannedEncoder(2, CONFIG)
     inputs = keras.Input((5, 8))
     model = keras.Model(inputs, scanned(inputs))
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
@@ -95,7 +95,7 @@ def test_xla_fit_with_an_unknown_batch_size_trains():
 
 
 def test_the_template_block_holds_no_memory_and_is_not_saved(tmp_path):
-    scanned = ScannedEncoder(2, **CONFIG)
+    scanned = ScannedEncoder(2, CONFIG)
     inputs = keras.Input((5, 8))
     model = keras.Model(inputs, scanned(inputs))
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
@@ -112,4 +112,9 @@ def test_the_template_block_holds_no_memory_and_is_not_saved(tmp_path):
 @pytest.mark.parametrize("num_layers", [0, 2.0, None])
 def test_bad_num_layers(num_layers):
     with pytest.raises(ValueError, match=f"received num_layers={num_layers!r}"):
-        ScannedEncoder(num_layers, **CONFIG)
+        ScannedEncoder(num_layers, CONFIG)
+
+
+def test_dropout_and_stochastic_depth_are_refused():
+    with pytest.raises(ValueError, match="no dropout or stochastic depth; received dropout_rate=0.1"):
+        ScannedEncoder(2, {**CONFIG, "dropout_rate": 0.1})
