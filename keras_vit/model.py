@@ -15,6 +15,7 @@ import keras
 
 from keras_vit import checkpoints, pretrained
 from keras_vit import layers as vit_layers
+from keras_vit.layers.drop_path import linear_rate
 from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.layers.utils import check_choice, to_pair
 from keras_vit.variants import decode_variant
@@ -140,8 +141,7 @@ def ViT(
             `ScannedEncoder` layer ("encoder") run by a loop, instead of
             `encoder_block_0`, ...: the same function and checkpoints,
             compiled by XLA in a quarter to half the time, but training
-            steps ~15% slower on CPU, and no dropout or stochastic depth
-            (BUILD.md).
+            steps ~15% slower on CPU (BUILD.md).
             Defaults to False.
         name: str. The model's name.
 
@@ -216,13 +216,13 @@ def ViT(
         interpolation=interpolation,
     )
     if scan_layers:
-        block_config["drop_path_rate"] = drop_path_rate  # refused unless 0: one function for all blocks
+        block_config["drop_path_rate"] = drop_path_rate  # the last block's: each block gets its linear_rate
         tokens = vit_layers.ScannedEncoder(num_layers, block_config, name="encoder")(tokens)
     else:
         for i in range(num_layers):
             tokens = vit_layers.EncoderBlock(
                 **block_config,
-                drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
+                drop_path_rate=linear_rate(drop_path_rate, i, num_layers),
                 name=f"encoder_block_{i}",
             )(tokens)
     tokens = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(tokens)

@@ -9,6 +9,12 @@ import keras
 from keras import ops
 
 
+def linear_rate(rate, index, num_layers):
+    """Stochastic depth of block `index` of `num_layers`: from 0 at the first
+    block up to `rate` at the last (DeiT's schedule). `index` may be a tensor."""
+    return rate * index / max(num_layers - 1, 1)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class DropPath(keras.layers.Layer):
     """Drops a whole residual branch per example.
@@ -20,6 +26,9 @@ class DropPath(keras.layers.Layer):
     Call arguments:
         inputs: `(batch, ...)` output of a residual branch.
         training: bool. Only drops while training.
+        rate: None, or this call's rate (a float or a scalar tensor) in
+            place of the layer's: `ScannedEncoder` runs one layer for every
+            block, each at its own rate.
 
     Example:
     >>> tuple(DropPath(0.5)(np.ones((4, 3)), training=False).shape)
@@ -34,10 +43,14 @@ class DropPath(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed) if self.rate else None
 
-    def call(self, inputs, training=None):
-        if not training or not self.rate:
+    def call(self, inputs, training=None, rate=None):
+        if rate is None:
+            rate = self.rate
+        elif self.seed_generator is None:
+            raise ValueError(f"DropPath(rate=0) draws no random numbers, so it takes no rate per call; received rate={rate}")
+        if not training or (isinstance(rate, (int, float)) and not rate):
             return inputs
-        keep = 1.0 - self.rate
+        keep = 1.0 - rate
         shape = (ops.shape(inputs)[0],) + (1,) * (len(inputs.shape) - 1)
         mask = ops.floor(keep + keras.random.uniform(shape, seed=self.seed_generator))
         return inputs * ops.cast(mask / keep, inputs.dtype)

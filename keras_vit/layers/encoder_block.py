@@ -81,6 +81,8 @@ class EncoderBlock(keras.layers.Layer):
         inputs: `(batch, tokens, width)`.
         training: bool.
         return_attention_scores: bool. Also return the attention weights.
+        drop_path_rate: None, or this call's stochastic depth (a float or
+            a scalar tensor) in place of the layer's.
 
     Returns:
         `(batch, tokens, width)`, and the attention weights if asked for.
@@ -140,13 +142,14 @@ class EncoderBlock(keras.layers.Layer):
         for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
             layer.build(input_shape)
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
         attended, scores = self.attention(
             self.norm_1(inputs), training=training, return_attention_scores=True
         )
         attended = self.dropout(attended, training=training)
-        x = inputs + self.drop_path(attended, training=training)
-        x = x + self.drop_path(self.mlp(self.norm_2(x), training=training), training=training)
+        x = inputs + self.drop_path(attended, training=training, rate=drop_path_rate)
+        branch = self.mlp(self.norm_2(x), training=training)
+        x = x + self.drop_path(branch, training=training, rate=drop_path_rate)
         return (x, scores) if return_attention_scores else x
 
     def get_config(self):

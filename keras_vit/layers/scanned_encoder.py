@@ -13,7 +13,11 @@ import keras
 from keras import ops
 from keras.src.backend.common import global_state
 
+from keras_vit.layers.drop_path import linear_rate
 from keras_vit.layers.encoder_block import EncoderBlock
+
+# Draws a block makes from one seed generator per call, at most.
+_DRAWS_PER_GENERATOR = 2
 
 
 class _PerBlock(keras.initializers.Initializer):
@@ -63,13 +67,15 @@ class ScannedEncoder(keras.layers.Layer):
     Each weight of `EncoderBlock` is held once with a leading axis of
     `num_layers` and named by its path in the block, `/` written `.`
     (`attention.query_kernel` is `(num_layers, D, heads, head_dim)`).
-    Dropout and stochastic depth are refused: every block must be the same
-    function of its weights.
+    While training, each block draws its own dropout masks, and its
+    stochastic depth rises linearly to `drop_path_rate` at the last block,
+    as in the unrolled model.
 
     Args:
         num_layers: int. Encoder blocks.
         block_config: dict. The arguments of `EncoderBlock` for every block
-            (`num_heads`, `mlp_dim`, ...).
+            (`num_heads`, `mlp_dim`, ...); its `drop_path_rate` is the last
+            block's.
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -88,21 +94,20 @@ class ScannedEncoder(keras.layers.Layer):
         super().__init__(**kwargs)
         if not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"`num_layers` must be a positive int; received num_layers={num_layers!r}")
-        rates = {name: block_config.get(name, 0.0)
-                 for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate")}
-        if any(rates.values()):
-            raise ValueError(
-                "scan_layers=True runs every block as the same function, so it takes no dropout or "
-                "stochastic depth; received " + ", ".join(f"{k}={v}" for k, v in rates.items())
-            )
         self.num_layers = num_layers
         self.block_config = dict(block_config)
+        self.drop_path_rate = float(self.block_config.get("drop_path_rate", 0.0))
+        rates = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
+        random = any(self.block_config.get(name) for name in rates)
+        self.seed_generator = keras.random.SeedGenerator() if random else None
 
     def build(self, input_shape):
         block = EncoderBlock(**self.block_config, dtype=self.dtype_policy, name="block")
         _unallocated_build(block, input_shape)
         # Only the block's call is kept: Keras would track, save and load the block itself.
         self._run_block = block.stateless_call
+        # The block's non-trainable state is the seeds of its random layers, fed anew to each block.
+        self._seed_dtypes = [v.dtype for v in block.non_trainable_variables]
         self.stacked = [
             self.add_weight(
                 name=_path_in_block(v, block).replace("/", "."),
@@ -114,9 +119,17 @@ class ScannedEncoder(keras.layers.Layer):
         ]
 
     def call(self, inputs, training=None):
+        seed = self.seed_generator.next() if training and self.seed_generator else None
+
         def run_block(i, x):
             weights = [ops.take(w, i, axis=0) for w in self.stacked]
-            return self._run_block(weights, [], x, training=training)[0]
+            drop_path_rate = None
+            if self.drop_path_rate:
+                drop_path_rate = linear_rate(self.drop_path_rate, ops.cast(i, "float32"), self.num_layers)
+            outputs, _ = self._run_block(
+                weights, self._block_seeds(seed, i), x, training=training, drop_path_rate=drop_path_rate
+            )
+            return outputs
 
         if training and inputs.shape[0] is None:
             # XLA differentiates the loop only with static shapes (a batch of
@@ -135,6 +148,20 @@ class ScannedEncoder(keras.layers.Layer):
                 maximum_iterations=self.num_layers,
             )[1]
         return ops.fori_loop(0, self.num_layers, run_block, inputs)
+
+    def _block_seeds(self, seed, i):
+        """Block `i`'s seed for each of its seed generators, drawn from this call's `seed`.
+
+        Seeds differ in their first half between blocks and generators, and
+        in their second between calls, spaced by the draws a block makes
+        from one generator (the MLP's dropout and the stochastic depth draw
+        twice), so no two draws of a training run share a seed.
+        """
+        if seed is None:  # not training: the block draws nothing
+            return [ops.zeros((2,), dtype) for dtype in self._seed_dtypes]
+        count = len(self._seed_dtypes)
+        first = seed[0] + ops.cast(i, seed.dtype) * count
+        return [ops.stack([first + k + 1, seed[1] * _DRAWS_PER_GENERATOR]) for k in range(count)]
 
     def compute_output_shape(self, input_shape):
         return input_shape

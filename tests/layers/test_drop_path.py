@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_vit.layers import DropPath
 
@@ -23,3 +24,14 @@ def test_config_and_bad_rate():
     assert DropPath.from_config(DropPath(0.1, seed=3).get_config()).get_config()["rate"] == 0.1
     with pytest.raises(ValueError, match="received rate=1.0"):
         DropPath(1.0)
+
+
+def test_a_rate_per_call_replaces_the_layers():
+    layer = DropPath(0.5, seed=2)
+    ones = np.ones((4000, 2), "float32")
+    np.testing.assert_array_equal(np.asarray(layer(ones, training=True, rate=0.0)), ones)
+    out = np.asarray(layer(ones, training=True, rate=tf.constant(0.1)))[:, 0]
+    assert np.all(np.isclose(out, 0.0) | np.isclose(out, 1 / 0.9))
+    assert abs((out == 0).mean() - 0.1) < 0.03
+    with pytest.raises(ValueError, match=r"DropPath\(rate=0\) draws no random numbers.*received rate=0.5"):
+        DropPath(0.0)(ones, training=True, rate=0.5)

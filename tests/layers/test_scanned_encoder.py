@@ -85,7 +85,7 @@ def test_xla_gradients_through_the_loop_equal_the_unrolled_blocks():
 
 
 def test_xla_fit_with_an_unknown_batch_size_trains():
-    scanned = ScannedEncoder(2, CONFIG)
+    scanned = ScannedEncoder(2, {**CONFIG, "dropout_rate": 0.1, "drop_path_rate": 0.1})
     inputs = keras.Input((5, 8))
     model = keras.Model(inputs, scanned(inputs))
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
@@ -115,6 +115,55 @@ def test_bad_num_layers(num_layers):
         ScannedEncoder(num_layers, CONFIG)
 
 
-def test_dropout_and_stochastic_depth_are_refused():
-    with pytest.raises(ValueError, match="no dropout or stochastic depth; received dropout_rate=0.1"):
-        ScannedEncoder(2, {**CONFIG, "dropout_rate": 0.1})
+def branch_of_ones(num_layers, **rates):
+    """A ScannedEncoder whose attention branch adds 1 to every element and whose MLP branch adds 0.
+
+    With every other weight 0, the normalised tokens are 0, so attention
+    returns its output bias and the MLP its second bias.
+    """
+    scanned = ScannedEncoder(num_layers, {**CONFIG, "num_prefix_tokens": 0, **rates})
+    scanned.build((None, 2, 8))
+    for weight in scanned.weights:
+        weight.assign(np.ones(weight.shape) if weight.name == "attention.output_bias" else np.zeros(weight.shape))
+    return scanned
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_stochastic_depth_rises_linearly_over_the_blocks(compiled):
+    scanned = branch_of_ones(3, drop_path_rate=0.5)  # keep 1, 0.75 and 0.5
+    run = tf.function(scanned, jit_compile=True) if compiled else scanned
+    x = np.zeros((4000, 2, 8), "float32")
+    added = np.asarray(run(x, training=True))
+    assert np.allclose(added, added[:, :1, :1])  # one draw per example and block
+    added = added[:, 0, 0]
+    def near(*values):
+        return np.isclose(added[:, None], values, atol=1e-5).any(axis=1)
+
+    kept_1, kept_2 = near(1 + 4 / 3, 3 + 4 / 3), near(3, 3 + 4 / 3)
+    assert np.all(kept_1 | kept_2 | near(1))  # block 0 always adds 1, the others 1 / keep or 0
+    assert abs(kept_1.mean() - 0.75) < 0.04 and abs(kept_2.mean() - 0.5) < 0.04
+    assert abs((kept_1 & kept_2).mean() - 0.75 * 0.5) < 0.04  # the blocks draw independently
+    np.testing.assert_allclose(np.asarray(run(x, training=False)), 3.0)
+
+
+def test_each_block_and_call_draws_its_own_dropout_mask():
+    scanned = branch_of_ones(2, dropout_rate=0.5)
+    x = np.zeros((1000, 2, 8), "float32")
+    first, second = (np.asarray(scanned(x, training=True)) for _ in range(2))
+    # Each block adds 0 or 2 per element: 0, 2 or 4 in all, 2 half the time if the masks are independent.
+    assert set(np.unique(first)) <= {0.0, 2.0, 4.0}
+    assert abs(np.mean(first == 2.0) - 0.5) < 0.03
+    assert np.mean(first == second) < 0.5
+    np.testing.assert_allclose(np.asarray(scanned(x)), 2.0)
+
+
+def test_xla_fit_with_every_dropout_trains_and_moves_the_seed():
+    scanned = ScannedEncoder(2, {**CONFIG, "dropout_rate": 0.1, "attention_dropout_rate": 0.1,
+                                 "drop_path_rate": 0.2})
+    inputs = keras.Input((5, 8), batch_size=2)
+    model = keras.Model(inputs, scanned(inputs))
+    model.compile(optimizer="adam", loss="mse", jit_compile=True)
+    seed = scanned.seed_generator.state.numpy().copy()
+    history = model.fit(X, np.ones_like(X), batch_size=2, epochs=3, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert not np.array_equal(seed, scanned.seed_generator.state.numpy())

@@ -104,7 +104,7 @@ def test_a_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, data_d
 
 @pytest.mark.slow
 def test_scan_layers_trains_and_writes_the_unrolled_format(tmp_path, data_dir):
-    result = run(trainer(tmp_path, data_dir, "--scan_layers", "--drop_path_rate=0", "--num_layers=2", "--train_steps=20",
+    result = run(trainer(tmp_path, data_dir, "--scan_layers", "--dropout_rate=0.1", "--num_layers=2", "--train_steps=20",
                          "--checkpoint_every=10"))
     assert result.returncode == 0, result.stderr[-3000:]
     import keras_vit
