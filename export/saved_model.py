@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from export.loading import outputs_probabilities
-from keras_vit.preprocessing import resize_and_center_crop
+from keras_vit.preprocessing import INPUT_RANGE, resize_and_center_crop
 
 METADATA = "keras_vit_export.json"
 
@@ -45,7 +45,7 @@ class Preprocessing:
     # Pixels p in [0, 255] become (p / 255 - mean) / std: [-1, 1] for the official checkpoints.
     mean: float = 0.5
     std: float = 0.5
-    input_range: tuple = (-1.0, 1.0)
+    input_range: tuple = INPUT_RANGE
 
     @classmethod
     def for_model(cls, model, crop_fraction=1.0):

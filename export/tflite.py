@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from export.loading import outputs_probabilities
 from keras_vit.layers.utils import check_choice
+from keras_vit.preprocessing import INPUT_RANGE
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 
@@ -54,7 +55,6 @@ TOLERANCES = {
 
 LATENCY_RUNS = 10
 FILES = ("model_{quantize}.tflite", "labels.txt", "metadata.json")
-INPUT_RANGE = (-1.0, 1.0)
 
 
 def input_shape(model):

@@ -4,6 +4,9 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+# What `preprocess_input` makes of [0, 255]: the official checkpoints' input range.
+INPUT_RANGE = (-1.0, 1.0)
+
 
 def preprocess_input(x, data_format=None):
     """Maps pixels in `[0, 255]` to `[-1, 1]`, the official checkpoints' range.
