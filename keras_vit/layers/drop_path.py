@@ -47,7 +47,9 @@ class DropPath(keras.layers.Layer):
         if rate is None:
             rate = self.rate
         elif self.seed_generator is None:
-            raise ValueError(f"DropPath(rate=0) draws no random numbers, so it takes no rate per call; received rate={rate}")
+            raise ValueError(
+                f"DropPath(rate=0) draws no random numbers, so it takes no rate per call; received rate={rate}"
+            )
         if not training or (isinstance(rate, (int, float)) and not rate):
             return inputs
         keep = 1.0 - rate

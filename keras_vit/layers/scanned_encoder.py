@@ -98,8 +98,8 @@ class ScannedEncoder(keras.layers.Layer):
         self.block_config = dict(block_config)
         self.drop_path_rate = float(self.block_config.get("drop_path_rate", 0.0))
         rates = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
-        random = any(self.block_config.get(name) for name in rates)
-        self.seed_generator = keras.random.SeedGenerator() if random else None
+        draws = any(self.block_config.get(name) for name in rates)
+        self.seed_generator = keras.random.SeedGenerator() if draws else None
 
     def build(self, input_shape):
         block = EncoderBlock(**self.block_config, dtype=self.dtype_policy, name="block")

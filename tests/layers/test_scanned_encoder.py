@@ -136,6 +136,7 @@ def test_stochastic_depth_rises_linearly_over_the_blocks(compiled):
     added = np.asarray(run(x, training=True))
     assert np.allclose(added, added[:, :1, :1])  # one draw per example and block
     added = added[:, 0, 0]
+
     def near(*values):
         return np.isclose(added[:, None], values, atol=1e-5).any(axis=1)
 
