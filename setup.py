@@ -30,8 +30,9 @@ setup(
         # Export: the TFLite interpreter for verification and the Serving protos.
         "export": ["ai-edge-litert", "tensorflow-serving-api~=2.20.0"],
         "viz": ["matplotlib"],
-        # scipy: the official resize (ndimage.zoom) that tests compare against.
-        "test": ["pytest", "scipy"],
+        # scipy: the official resize (ndimage.zoom) that tests compare against; JAX (CPU): the
+        # model and the GPU benchmark on Keras' JAX backend, the lent GPU machines' route.
+        "test": ["pytest", "scipy", "jax[cpu]==0.10.2"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

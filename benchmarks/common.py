@@ -11,6 +11,7 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import time
 
 import numpy as np
@@ -64,8 +65,20 @@ def machine():
          if line.startswith("model name")),
         platform.processor(),
     ) if pathlib.Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": model, "cores": os.cpu_count(), "gpu": _gpu_name(), "python": platform.python_version(),
             "date": datetime.date.today().isoformat()}
+
+
+def _gpu_name():
+    """The first NVIDIA GPU's name, or None without one (asked of nvidia-smi: no framework loads here)."""
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0 or not listed.stdout.strip():
+        return None
+    return listed.stdout.splitlines()[0].strip()
 
 
 def write_json(path, payload):

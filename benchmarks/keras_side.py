@@ -1,32 +1,47 @@
 """keras_vit's side of the side-by-side benchmark, run by `benchmarks.worker`.
 
 The functions mirror `benchmarks.timm_side`: each builds one workload and
-returns a callable that runs it once and waits for the result.
+returns a callable that runs it once and waits for the result. Keras runs on
+the backend `KERAS_BACKEND` names: TensorFlow (the package's own), or JAX where
+TensorFlow cannot be installed (the lent GPU machines; BUILD.md).
 """
 
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np  # noqa: E402
+from keras import ops  # noqa: E402
 
 import keras_vit  # noqa: E402
 
+BACKEND = keras.backend.backend()
+
 
 def versions():
-    return {"tensorflow": tf.__version__, "keras": keras.__version__, "keras_vit": keras_vit.__version__}
+    found = {"backend": BACKEND, "keras": keras.__version__, "keras_vit": keras_vit.__version__}
+    framework = __import__(BACKEND)
+    return {**found, BACKEND: framework.__version__}
 
 
 def set_threads(threads):
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+    elif threads < os.cpu_count():
+        print(f"keras_side: {BACKEND} sizes its CPU thread pool itself; {threads} threads not enforced",
+              file=sys.stderr)
 
 
 def matmul(m, k, n, dtype="float32"):
-    a = tf.random.normal((m, k), dtype=dtype)
-    b = tf.random.normal((k, n), dtype=dtype)
-    # Waits for the product by fetching one element: fetching it all would time a device-to-host copy.
-    return lambda: tf.linalg.matmul(a, b)[0, 0].numpy()
+    a = keras.random.normal((m, k), dtype=dtype)
+    b = keras.random.normal((k, n), dtype=dtype)
+    # Waits for the product by fetching one element (as float32: numpy has no bfloat16 of TensorFlow's):
+    # fetching it all would time a device-to-host copy.
+    return lambda: ops.convert_to_numpy(ops.cast(ops.matmul(a, b)[0, 0], "float32"))
 
 
 def _model(variant, image_size, precision, num_layers, scan_layers):
@@ -40,17 +55,35 @@ def _model(variant, image_size, precision, num_layers, scan_layers):
         keras.mixed_precision.set_global_policy("float32")
 
 
+def _compiled_call(model, compiled):
+    """The model's forward pass as one function: XLA-compiled when `compiled` (off: TF graph, or JAX eager)."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(model, jit_compile=compiled)
+    if BACKEND == "jax":
+        import jax
+
+        def forward(trainable, non_trainable, images):
+            return model.stateless_call(trainable, non_trainable, images)[0]
+
+        state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+        forward = jax.jit(forward) if compiled else forward
+        return lambda images: forward(*state, images)
+    raise ValueError(f"the benchmark runs keras_vit on the tensorflow or jax backend; KERAS_BACKEND={BACKEND!r}")
+
+
 def inference(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):
-    """`compiled` asks for XLA (`jit_compile=True`); off runs the TF graph."""
-    model = tf.function(_model(variant, image_size, precision, num_layers, scan_layers), jit_compile=compiled)
-    images = tf.random.uniform((batch, image_size, image_size, 3), -1, 1)
-    return lambda: model(images).numpy()
+    """`compiled` asks for XLA (`jit_compile=True`, `jax.jit`)."""
+    model = _compiled_call(_model(variant, image_size, precision, num_layers, scan_layers), compiled)
+    images = keras.random.uniform((batch, image_size, image_size, 3), -1, 1)
+    return lambda: ops.convert_to_numpy(model(images))
 
 
 def training(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):
     model = _model(variant, image_size, precision, num_layers, scan_layers)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4), jit_compile=compiled,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    images = tf.random.uniform((batch, image_size, image_size, 3), -1, 1)
-    labels = tf.range(batch) % 1000
+    images = keras.random.uniform((batch, image_size, image_size, 3), -1, 1)
+    labels = ops.convert_to_tensor(np.arange(batch) % 1000)
     return lambda: model.train_on_batch(images, labels)

@@ -12,6 +12,10 @@ round also times a matmul at a ViT shape in numpy, TensorFlow and PyTorch: the
 fastest of the three is that round's matmul limit. Figures are medians over the
 rounds with the min-max spread, so a noisy machine shows as noise.
 
+keras_vit runs on the Keras backend that `KERAS_BACKEND` names: TensorFlow by
+default, JAX where TensorFlow cannot be installed (the lent GPU machines: see
+"Running the GPU suite" in BUILD.md); its matmul is then JAX's.
+
 FLOPs are analytic (`benchmarks.common.vit_forward_flops`): a forward pass is
 2 x the multiply-adds of every matmul, a training step 3 x the forward.
 Compile time and peak memory come from fresh processes (one per measurement):
@@ -35,7 +39,13 @@ from benchmarks import common
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENVS_DIR = ROOT / "benchmarks" / ".envs"  # gitignored
-INSTALLS = {"keras_vit": ["-e", str(ROOT)], "timm": ["-r", str(ROOT / "benchmarks" / "requirements-peers.txt")]}
+# The Keras backend of keras_vit's workers, which inherit the variable; JAX runs keras_vit where TensorFlow
+# cannot be installed (BUILD.md), and in an environment of its own.
+KERAS_BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
+_ON_JAX = KERAS_BACKEND == "jax"
+INSTALLS = {"keras_vit": ["-e", str(ROOT), *(["jax[cpu]==0.10.2"] if _ON_JAX else [])],
+            "timm": ["-r", str(ROOT / "benchmarks" / "requirements-peers.txt")]}
+ENV_NAMES = {"keras_vit": "keras_vit_jax" if _ON_JAX else "keras_vit", "timm": "timm"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +120,9 @@ class WorkerProcess:
         self.impl = impl
         # BLAS and OpenMP read their thread counts when loaded, hence the environment.
         threads_env = {name: str(threads) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-        # On a GPU, TensorFlow would otherwise reserve all memory and starve the other worker.
-        env = {**os.environ, **threads_env, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+        # On a GPU, TensorFlow and JAX would otherwise reserve most of its memory and starve the other worker.
+        env = {**os.environ, **threads_env, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+               "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
         self.log = tempfile.TemporaryFile("w+")  # the frameworks' chatter, shown if the worker dies
         self.process = subprocess.Popen(
             [python, "-m", "benchmarks.worker", f"--impl={impl}", f"--threads={threads}"], cwd=ROOT, env=env,
@@ -141,7 +152,7 @@ class WorkerProcess:
 
 
 def environment_python(impl, requested, envs_dir):
-    """Python of `impl`'s environment: `requested`, or `envs_dir/impl`, made on first use.
+    """Python of `impl`'s environment: `requested`, or one in `envs_dir`, made on first use.
 
     Each implementation is measured in an environment with only what it needs,
     as its users install it: keras_vit's core install (no training extras,
@@ -150,7 +161,7 @@ def environment_python(impl, requested, envs_dir):
     """
     if requested:
         return requested
-    folder = pathlib.Path(envs_dir) / impl
+    folder = pathlib.Path(envs_dir) / ENV_NAMES[impl]
     if not (folder / "bin" / "python").exists():
         print(f"making the {impl} environment {folder} (once): pip install {' '.join(INSTALLS[impl])}", flush=True)
         # Built under another name and renamed when whole, so a broken install never looks finished.
@@ -337,7 +348,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     suite = shrink(SUITES[args.suite]) if args.tiny else SUITES[args.suite]
     suite = dataclasses.replace(suite, rounds=args.rounds or suite.rounds, seconds=args.seconds or suite.seconds)
-    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"suite_{args.suite}{'_tiny' * args.tiny}.json")
+    if _ON_JAX:  # JAX has no graph mode: an uncompiled model would time Python's op-by-op dispatch
+        suite = dataclasses.replace(suite, implementations=tuple(
+            im for im in suite.implementations if im.compiled or im.impl != "keras_vit"))
+    name = f"suite_{args.suite}{'_jax' * _ON_JAX}{'_tiny' * args.tiny}.json"
+    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / name)
     pythons = {impl: environment_python(impl, getattr(args, f"{impl}_python"), args.envs_dir)
                for impl in INSTALLS}
     started = time.perf_counter()
@@ -361,8 +376,9 @@ def main(argv=None):
     checks = targets(results, probes, args.suite)
     print_tables(results, probes, checks)
     limits = [r["limit_gflops"] for result in results for r in result["rounds"]]
-    print(f"\nmatmul limit {statistics.median(limits):.0f} GFLOP/s ({_compute_dtype(suite)}, "
-          f"{suite.threads} threads, shape {suite.matmul_shape}); suite took {time.perf_counter() - started:.0f} s")
+    print(f"\nkeras_vit on Keras' {KERAS_BACKEND} backend; matmul limit {statistics.median(limits):.0f} GFLOP/s "
+          f"({_compute_dtype(suite)}, {suite.threads} threads, shape {suite.matmul_shape}); "
+          f"suite took {time.perf_counter() - started:.0f} s")
     common.write_json(out, {
         "suite": args.suite, "machine": common.machine(), "versions": versions,
         "settings": {**dataclasses.asdict(suite), "flops": "forward = 2 x multiply-adds of every matmul; "

@@ -20,7 +20,6 @@ import os
 import re
 
 import numpy as np
-import tensorflow as tf
 
 from keras_vit.layers import PositionEmbedding, ScannedEncoder
 from keras_vit.variants import SIZES, STEMS
@@ -96,9 +95,16 @@ def _entries(model):
             yield f"encoder_block_{block}/{block_path}", weight, block
 
 
+def _gfile():
+    """`tf.io.gfile` (local, `gs://`, ...), imported on use: the model runs on other Keras backends without TF."""
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
 def read_npz(path):
     """Reads an official checkpoint from anything `tf.io.gfile` opens."""
-    with tf.io.gfile.GFile(str(path), "rb") as f:
+    with _gfile().GFile(str(path), "rb") as f:
         with np.load(io.BytesIO(f.read()), allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
 
@@ -271,13 +277,13 @@ def save_npz(model, path):
         arrays[key] = value.reshape(1, 1, 1, -1) if transform == GROUP_NORM else value
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
-    path = str(path)
+    path, gfile = str(path), _gfile()
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
-        with tf.io.gfile.GFile(tmp, "wb") as f:
+        with gfile.GFile(tmp, "wb") as f:
             f.write(buffer.getvalue())
-        tf.io.gfile.rename(tmp, path, overwrite=True)
+        gfile.rename(tmp, path, overwrite=True)
     finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
+        if gfile.exists(tmp):
+            gfile.remove(tmp)
     return path

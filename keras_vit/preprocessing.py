@@ -1,7 +1,6 @@
 """Input scaling of the official checkpoints: pixels to [-1, 1]."""
 
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 # What `preprocess_input` makes of [0, 255]: the official checkpoints' input range.
@@ -52,6 +51,8 @@ def resize_and_center_crop(image, size, crop_fraction=1.0, interpolation="biline
     >>> tuple(resize_and_center_crop(image, (224, 224), 0.875).shape)
     (224, 224, 3)
     """
+    import tensorflow as tf  # here, not above: the model and `preprocess_input` run without TensorFlow
+
     height, width = size
     if crop_fraction < 1.0:
         shape = tf.cast(tf.shape(image)[:2], tf.float32)

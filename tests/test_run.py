@@ -15,13 +15,14 @@ import pytest
 from benchmarks import run
 
 
-@pytest.mark.parametrize("suite", ["cpu", "gpu"])  # gpu: bf16, XLA and torch.compile, here on the CPU
-def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suite):
+# gpu: bf16, XLA and torch.compile, here on the CPU; on Keras' JAX backend too, as the lent GPU machines run it.
+@pytest.mark.parametrize("suite, backend", [("cpu", "tensorflow"), ("gpu", "tensorflow"), ("gpu", "jax")])
+def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suite, backend):
     out = tmp_path / "suite.json"
     result = subprocess.run([sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny", f"--out={out}",
                              f"--keras_vit_python={sys.executable}"],
                             cwd=run.ROOT, capture_output=True, text=True, timeout=1200,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
     payload = json.loads(out.read_text())
@@ -41,7 +42,8 @@ def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suit
     assert {(p["task"], p["implementation"]) for p in payload["probes"]} == {
         (task, label) for task in ("inference", "training") for label in probed}
     assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > p["compile_s"] for p in payload["probes"])
-    assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["tensorflow"]
+    assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["backend"] == backend
+    assert payload["versions"]["keras_vit"][backend] and "gpu" in payload["machine"]
 
 
 def test_flops_follow_the_stated_formula():
