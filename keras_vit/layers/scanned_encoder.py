@@ -97,17 +97,16 @@ class ScannedEncoder(keras.layers.Layer):
         self.num_layers = num_layers
         self.block_config = dict(block_config)
         self.drop_path_rate = float(self.block_config.get("drop_path_rate", 0.0))
-        rates = ("dropout_rate", "attention_dropout_rate", "drop_path_rate")
-        draws = any(self.block_config.get(name) for name in rates)
-        self.seed_generator = keras.random.SeedGenerator() if draws else None
 
     def build(self, input_shape):
         block = EncoderBlock(**self.block_config, dtype=self.dtype_policy, name="block")
         _unallocated_build(block, input_shape)
         # Only the block's call is kept: Keras would track, save and load the block itself.
         self._run_block = block.stateless_call
-        # The block's non-trainable state is the seeds of its random layers, fed anew to each block.
+        # The block's non-trainable state is the seeds of its random layers, fed anew to each block
+        # from one generator of this layer's (none if the block draws nothing).
         self._seed_dtypes = [v.dtype for v in block.non_trainable_variables]
+        self.seed_generator = keras.random.SeedGenerator() if self._seed_dtypes else None
         self.stacked = [
             self.add_weight(
                 name=_path_in_block(v, block).replace("/", "."),
