@@ -160,7 +160,7 @@ def _fit_multi_worker(model, dataset, strategy):
 
 
 def _write_text_atomically(path, text):
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")  # per process: workers share model_dir
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -171,7 +171,7 @@ def _atomic_save_keras(model, path):
     An uncompiled twin (same layers) is saved: the optimiser's schedule lives
     in `trainers`, and the file must load where only keras_vit is installed.
     """
-    tmp = path.with_name(path.name + ".tmp.keras")
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}.keras")
     keras.Model(model.inputs, model.outputs, name=model.name).save(tmp)
     os.replace(tmp, path)
 
@@ -184,7 +184,8 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
     if saved.exists() and json.loads(saved.read_text()) != dataclasses.asdict(recipe):
         raise ValueError(
             f"{model_dir} holds a run of another recipe ({saved}); use a new --model_dir or the same flags")
-    _write_text_atomically(saved, recipe.to_json())
+    if _is_chief(strategy):
+        _write_text_atomically(saved, recipe.to_json())
 
     policy = recipe.mixed_precision
     if policy == "auto":

@@ -155,7 +155,10 @@ def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
     assert int(a["replicas"]) == 2
     for key in (k for k in a.files if k.startswith("w")):
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    assert (tmp_path / "run" / "model.npz").exists() and not (tmp_path / "run" / "checkpoints_1").exists()
+    run_dir = tmp_path / "run"
+    assert (run_dir / "model.npz").exists() and not (run_dir / "checkpoints_1").exists()
+    assert json.loads((run_dir / "recipe.json").read_text())["train_steps"] == 20
+    assert not list(run_dir.glob("*.tmp*")), "a temporary file was left behind"
 
 
 @pytest.mark.parametrize("flag, message", [
