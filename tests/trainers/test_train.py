@@ -161,6 +161,34 @@ def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
     assert not list(run_dir.glob("*.tmp*")), "a temporary file was left behind"
 
 
+WRITER = """
+import pathlib, sys, time
+from trainers.train import _write_text_atomically
+target, ready, go = map(pathlib.Path, sys.argv[1:])
+ready.touch()
+while not go.exists():
+    time.sleep(0.001)
+for i in range(500):
+    _write_text_atomically(target, str(i))
+"""
+
+
+def test_two_processes_writing_one_file_do_not_collide(tmp_path):
+    """Workers sharing a model_dir may write the same file at once: each rename must find its own temporary."""
+    target, go = tmp_path / "recipe.json", tmp_path / "go"
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(target), str(tmp_path / f"ready{i}"), str(go)],
+                                cwd=ROOT, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("ready*"))) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    for writer in writers:
+        _, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err[-2000:]
+    assert target.read_text() == "499" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "go", "ready0", "ready1", "recipe.json"]
+
+
 @pytest.mark.parametrize("flag, message", [
     ("--optimizer=rmsprop", "`optimizer` must be one of"),
     ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of <auto|tpu|gpu|multi_worker|cpu>"),
