@@ -346,6 +346,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, help="alternating rounds per configuration (suite default)")
     parser.add_argument("--seconds", type=float, help="seconds of calls per round and implementation")
     args = parser.parse_args(argv)
+    # Named to the workers even when unset, so a backend in ~/.keras/keras.json cannot differ from this plan.
+    os.environ["KERAS_BACKEND"] = KERAS_BACKEND
     suite = shrink(SUITES[args.suite]) if args.tiny else SUITES[args.suite]
     suite = dataclasses.replace(suite, rounds=args.rounds or suite.rounds, seconds=args.seconds or suite.seconds)
     if _ON_JAX:  # JAX has no graph mode: an uncompiled model would time Python's op-by-op dispatch

@@ -19,10 +19,14 @@ from benchmarks import run
 @pytest.mark.parametrize("suite, backend", [("cpu", "tensorflow"), ("gpu", "tensorflow"), ("gpu", "jax")])
 def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suite, backend):
     out = tmp_path / "suite.json"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend}
+    if backend == "tensorflow":  # the default: a Keras config naming another backend must not reach the workers
+        del env["KERAS_BACKEND"]
+        (tmp_path / "keras.json").write_text(json.dumps({"backend": "jax"}))
+        env["KERAS_HOME"] = str(tmp_path)
     result = subprocess.run([sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny", f"--out={out}",
                              f"--keras_vit_python={sys.executable}"],
-                            cwd=run.ROOT, capture_output=True, text=True, timeout=1200,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend})
+                            cwd=run.ROOT, capture_output=True, text=True, timeout=1200, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
     payload = json.loads(out.read_text())
