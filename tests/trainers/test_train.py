@@ -1,5 +1,6 @@
 """End to end: the trainer trains, resumes exactly, stops on NaN, honours the
-strategy, and rejects bad flags. Each run is a tiny digits ViT."""
+strategy, writes beside other workers safely, and rejects bad flags. Each run
+is a tiny digits ViT."""
 
 import json
 import os
