@@ -85,7 +85,7 @@ def write_json(path, payload):
     """Writes `payload` to `path` atomically (temporary name, then rename)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")  # per process, as the trainer's: runs may share --out
     tmp.write_text(json.dumps(payload, indent=2))
     os.replace(tmp, path)
 

@@ -30,6 +30,7 @@ def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suit
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
     payload = json.loads(out.read_text())
+    assert not list(tmp_path.glob("*.tmp*")), "a temporary file was left behind"
     labels = {im.label for im in run.SUITES[suite].implementations}
     peer = next(im.label for im in run.SUITES[suite].implementations if im.impl == "timm")
     libraries = {"keras_vit", "timm"} | ({"numpy"} if suite == "cpu" else set())
