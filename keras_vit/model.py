@@ -141,7 +141,7 @@ def ViT(
             `ScannedEncoder` layer ("encoder") run by a loop, instead of
             `encoder_block_0`, ...: the same function and checkpoints,
             compiled by XLA in a quarter to half the time, but training
-            steps ~15% slower on CPU (BUILD.md).
+            steps ~16% slower on CPU (BUILD.md).
             Defaults to False.
         name: str. The model's name.
 
