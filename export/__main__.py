@@ -12,10 +12,9 @@ import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from export import loading, saved_model, tflite  # noqa: E402
+from export import loading, preprocessing, saved_model, tflite  # noqa: E402
 
 FORMATS = ("saved_model", "tflite")
 _MODEL = flags.DEFINE_string("model", None, "A .keras file, or an official .npz (with --variant).")
@@ -26,12 +25,18 @@ _OUTPUT = flags.DEFINE_string("output", None, "SavedModel: the TF Serving base p
 _NAME = flags.DEFINE_string("name", "vit", "Model name (TF Serving directory under --output).")
 _VERSION = flags.DEFINE_integer("version", None, "TF Serving version (default: the next free one).")
 _LABELS = flags.DEFINE_string("labels", None, "A text file of class names, one per line, in class order.")
-_TOP_K = flags.DEFINE_integer("top_k", 5, "Classes in the top-k outputs.")
+_TOP_K = flags.DEFINE_integer("top_k", None, "Classes in the top-k outputs, 1 to the number of classes "
+                                             "(default: 5, or all classes when there are fewer).")
 _CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of decoded images (1.0: none).")
 _QUANTIZE = flags.DEFINE_enum("quantize", "none", list(tflite.QUANTIZATIONS), "TFLite quantisation.")
 _IMAGES = flags.DEFINE_string("images", None, "Glob of real JPEG/PNG images: TFLite verification and int8 calibration.")
 _FORCE = flags.DEFINE_bool("force", False, "Write a TFLite model that misses its agreement threshold.")
 _INSPECT = flags.DEFINE_string("inspect", None, "Print the metadata and signatures of an export and exit.")
+_MAX_PIXELS = flags.DEFINE_integer("max_image_pixels", preprocessing.DEFAULT_MAX_IMAGE_PIXELS,
+                                   "SavedModel: largest width x height a request image may declare in its header; "
+                                   "larger ones are refused before decoding.", lower_bound=1)
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "SavedModel: replace an existing --version (once the new one "
+                                                   "is proven).")
 
 
 def read_images(pattern, model):
@@ -39,9 +44,15 @@ def read_images(pattern, model):
     files = sorted(glob.glob(pattern))
     if not files:
         raise app.UsageError(f"--images={pattern!r} matches no file")
-    module = saved_model.ServingModule(model, saved_model.Preprocessing.for_model(model, _CROP.value))
-    data = tf.constant([pathlib.Path(f).read_bytes() for f in files])
-    return module._images_to_inputs(data).numpy()
+    return preprocessing.read_images(files, preprocessing.Preprocessing.for_model(model, _CROP.value))
+
+
+def read_labels(path):
+    """The class names of a labels file, one per line (a final newline is not a class)."""
+    try:
+        return pathlib.Path(path).read_text().splitlines()
+    except OSError as error:
+        raise app.UsageError(f"--labels={path!r} cannot be read: {error.strerror}") from error
 
 
 def main(argv):
@@ -56,11 +67,15 @@ def main(argv):
         model = loading.load_model(_MODEL.value, _VARIANT.value, _IMAGE_SIZE.value)
     except ValueError as error:
         raise app.UsageError(str(error)) from error
-    labels = pathlib.Path(_LABELS.value).read_text().splitlines() if _LABELS.value else None
+    labels = read_labels(_LABELS.value) if _LABELS.value else None
     if _FORMAT.value == "saved_model":
-        path = saved_model.export_saved_model(model, _OUTPUT.value, _NAME.value, _VERSION.value, labels,
-                                              _CROP.value, _TOP_K.value, metadata={"source": _MODEL.value})
-        print(f"SavedModel written to {path}")
+        try:
+            path = saved_model.export_saved_model(
+                model, _OUTPUT.value, _NAME.value, _VERSION.value, labels, _CROP.value, _TOP_K.value,
+                metadata={"source": _MODEL.value}, max_image_pixels=_MAX_PIXELS.value, overwrite=_OVERWRITE.value)
+        except ValueError as error:
+            raise app.UsageError(str(error)) from error
+        print(f"SavedModel written to {path} (served through TensorFlow's C API and checked against Keras)")
         print(saved_model.inspect(path))
         return 0
     if not _IMAGES.value:
@@ -69,7 +84,7 @@ def main(argv):
     result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=images,
                                   verify_images=images, labels=labels, force=_FORCE.value,
                                   metadata={"source": _MODEL.value, **dataclasses.asdict(
-                                      saved_model.Preprocessing.for_model(model, _CROP.value))})
+                                      preprocessing.Preprocessing.for_model(model, _CROP.value))})
     tflite.print_table([{"quantize": _QUANTIZE.value, **result}])
     return 0
 

@@ -1,0 +1,162 @@
+"""Request images to model inputs, inside the exported graph, safely.
+
+A served model meets whatever bytes a client sends. Each element is checked
+from its header before it is decoded, so a bad element is an InvalidArgument
+that names its index and what is wrong, and a decompression bomb (a small
+file declaring a huge image) is refused before any pixel is allocated.
+Elements are decoded one at a time, so a request's memory is bounded by one
+image of `max_image_pixels` plus the batch at the model's resolution.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from keras_vit.layers.resnet_stem import output_stride
+from keras_vit.preprocessing import INPUT_RANGE, resize_and_center_crop
+
+# 4096 x 4096: a 12-megapixel phone photo passes; decoding the largest
+# accepted image takes 48 MB (8-bit RGB).
+DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096
+FORMATS = "JPEG, PNG, GIF or BMP"
+_HEADER_BYTES = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """How raw pixels become model inputs; stored with every export."""
+
+    # Model resolution (height, width) and channels.
+    image_size: tuple
+    channels: int
+    # Fraction of the short side kept by the centre crop (1.0: resize the whole image).
+    crop_fraction: float = 1.0
+    # Resize filter.
+    interpolation: str = "bilinear"
+    # Pixels p in [0, 255] become (p / 255 - mean) / std: [-1, 1] for the official checkpoints.
+    mean: float = 0.5
+    std: float = 0.5
+    input_range: tuple = INPUT_RANGE
+    # Largest width x height an encoded image may declare in its header.
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+
+    def __post_init__(self):
+        if not 0.0 < self.crop_fraction <= 1.0:
+            raise ValueError(f"crop_fraction must be in (0, 1]; received {self.crop_fraction}")
+        if not (isinstance(self.max_image_pixels, int) and self.max_image_pixels >= 1):
+            raise ValueError(f"max_image_pixels must be an integer >= 1; received {self.max_image_pixels!r}")
+
+    @classmethod
+    def for_model(cls, model, crop_fraction=1.0, max_image_pixels=DEFAULT_MAX_IMAGE_PIXELS):
+        return cls(native_image_size(model), model.input_shape[-1], crop_fraction,
+                   max_image_pixels=max_image_pixels)
+
+
+def native_image_size(model):
+    """(height, width) the model was built for, also when it takes any size (`dynamic_image_size`)."""
+    _, height, width, _ = model.input_shape
+    if height is not None and width is not None:
+        return (height, width)
+    grid = model.get_layer("position_embedding").grid_size
+    stride = model.get_layer("patch_embedding").patch_size
+    if any(layer.name == "resnet_stem" for layer in model.layers):
+        factor = output_stride(model.get_layer("resnet_stem").num_layers)
+        stride = (stride[0] * factor, stride[1] * factor)
+    return (grid[0] * stride[0], grid[1] * stride[1])
+
+
+def _header(data):
+    """The first 32 bytes of `data` as uint8, zero-padded when the data is shorter."""
+    head = tf.strings.substr(data, 0, _HEADER_BYTES) + b"\0" * _HEADER_BYTES
+    return tf.cast(tf.io.decode_raw(tf.strings.substr(head, 0, _HEADER_BYTES), tf.uint8), tf.int64)
+
+
+def _starts_with(header, signature):
+    return tf.reduce_all(tf.equal(header[: len(signature)], list(signature)))
+
+
+def _number(header, start, count, big_endian):
+    """An unsigned integer of `count` bytes at `start` of the header."""
+    order = range(count) if big_endian else reversed(range(count))
+    value = tf.constant(0, tf.int64)
+    for k in order:
+        value = value * 256 + header[start + k]
+    return value
+
+
+def _declared_pixels(data, header, kind):
+    """width x height the image declares (GIF: x the frames' control blocks, at least 1)."""
+    def jpeg():
+        shape = tf.cast(tf.image.extract_jpeg_shape(data), tf.int64)
+        return shape[0] * shape[1]
+
+    def png():
+        return _number(header, 16, 4, True) * _number(header, 20, 4, True)
+
+    def gif():
+        # The decoder returns the first frame but decodes every frame first;
+        # animated GIFs give each frame a Graphic Control Extension.
+        frames = tf.maximum(tf.size(tf.strings.split(data, b"\x21\xf9\x04"), tf.int64) - 1, 1)
+        return _number(header, 6, 2, False) * _number(header, 8, 2, False) * frames
+
+    def bmp():
+        height = _number(header, 22, 4, False)
+        height = tf.where(height >= 2**31, 2**32 - height, height)  # negative: stored top-down
+        return _number(header, 18, 4, False) * height
+
+    return tf.switch_case(kind, [jpeg, png, gif, bmp])
+
+
+def _kind(header):
+    """0 JPEG, 1 PNG, 2 GIF, 3 BMP, -1 anything else."""
+    checks = [_starts_with(header, b"\xff\xd8\xff"), _starts_with(header, b"\x89PNG\r\n\x1a\n"),
+              _starts_with(header, b"GIF8"), _starts_with(header, b"BM")]
+    return tf.reduce_max(tf.where(tf.stack(checks), tf.range(4), -1))
+
+
+def decode(index, data, preprocessing):
+    """One encoded image -> model input, after its header passed the checks."""
+    header = _header(data)
+    kind = _kind(header)
+    known = tf.debugging.Assert(kind >= 0, [
+        "images element", index, f"is not a {FORMATS} image (first bytes:", tf.strings.substr(data, 0, 8),
+        "length:", tf.strings.length(data), ")"])
+    with tf.control_dependencies([known]):
+        pixels = _declared_pixels(data, header, tf.maximum(kind, 0))
+    small = tf.debugging.Assert(tf.logical_and(pixels >= 1, pixels <= preprocessing.max_image_pixels), [
+        "images element", index, "declares", pixels, "pixels; this model accepts 1 to",
+        preprocessing.max_image_pixels, "(max_image_pixels)"])
+    with tf.control_dependencies([small]):
+        image = tf.io.decode_image(data, channels=preprocessing.channels, expand_animations=False)
+    return to_inputs(image, preprocessing)
+
+
+def to_inputs(pixels, preprocessing):
+    """One [h, w, C] image in 0-255 -> model size, centre-cropped, scaled to the model's range."""
+    p = preprocessing
+    resized = resize_and_center_crop(pixels, p.image_size, p.crop_fraction, p.interpolation)
+    return (resized / 255.0 - p.mean) / p.std
+
+
+def _input_spec(preprocessing):
+    return tf.TensorSpec([*preprocessing.image_size, preprocessing.channels], tf.float32)
+
+
+def images_to_inputs(images, preprocessing):
+    """[N] encoded images -> [N, H, W, C] model inputs, one image decoded at a time."""
+    indices = tf.range(tf.shape(images)[0])
+    return tf.map_fn(lambda args: decode(*args, preprocessing), (indices, images),
+                     fn_output_signature=_input_spec(preprocessing), parallel_iterations=1)
+
+
+def pixels_to_inputs(pixels, preprocessing):
+    """[N, h, w, C] uint8 pixels -> [N, H, W, C] model inputs."""
+    return tf.map_fn(lambda image: to_inputs(image, preprocessing), pixels,
+                     fn_output_signature=_input_spec(preprocessing), parallel_iterations=1)
+
+
+def read_images(paths, preprocessing):
+    """Image files -> model inputs (numpy), through the same checks and decoding as a request."""
+    data = tf.constant([tf.io.read_file(str(path)).numpy() for path in paths])
+    return images_to_inputs(data, preprocessing).numpy()
+

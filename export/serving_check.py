@@ -1,0 +1,104 @@
+"""Proves an export the way TF Serving will use it, before it is published.
+
+`check(path, functions, requests)` starts a fresh process
+(`python -m export.serving_check DIR OUT.npz`) that loads the SavedModel
+through TensorFlow's C API (`export.capi`: TF Serving's `LoadSavedModel`) and
+replays every warm-up record of `assets.extra/`, as TF Serving does when it
+loads a version; the answers come back in a file and are compared with the
+Keras model's, computed in this process. A fresh process, because a session
+that has already built the model in Python may hold the very state (variables
+by name, registered functions) that a server starting cold would lack.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+# Float outputs through the C++ path equal the Keras model's to this (DESIGN.md).
+TOLERANCE = 1e-5
+TIMEOUT_S = 600
+
+
+def read_warmup(path):
+    """The (signature, {input: numpy}) of each PredictionLog in a warm-up file."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    requests = []
+    for record in tf.data.TFRecordDataset(str(path)):
+        request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+        requests.append((request.model_spec.signature_name,
+                         {key: tf.make_ndarray(proto) for key, proto in request.inputs.items()}))
+    return requests
+
+
+def replay(export_dir, output_file):
+    """Loads `export_dir` through the C API and saves the answer to each warm-up request."""
+    from export import capi
+
+    session = capi.SavedModelSession(export_dir)
+    answers = {}
+    for k, (signature, inputs) in enumerate(read_warmup(pathlib.Path(export_dir) / "assets.extra" /
+                                                        "tf_serving_warmup_requests")):
+        try:
+            outputs = session.run(signature, **inputs)
+        except capi.TFError as error:
+            raise SystemExit(f"warm-up request {k} (signature {signature!r}) failed: {error}") from error
+        for name, value in outputs.items():
+            answers[f"{k}/{name}"] = value.astype(bytes) if value.dtype == object else value
+    session.close()
+    np.savez(output_file, **answers)
+
+
+def _served(export_dir):
+    """Runs `replay` in a fresh process; returns its answers, or raises with what failed."""
+    import tempfile
+
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    with tempfile.TemporaryDirectory() as scratch:
+        output = pathlib.Path(scratch) / "answers.npz"
+        result = subprocess.run([sys.executable, "-m", "export.serving_check", str(export_dir), str(output)],
+                                capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        if result.returncode != 0:
+            tail = "\n".join(result.stderr.strip().splitlines()[-6:])
+            raise RuntimeError(f"TF Serving's loader (the TensorFlow C API, in a fresh process) could not serve "
+                               f"{export_dir}:\n{tail}")
+        with np.load(output) as answers:
+            return dict(answers)
+
+
+def check(export_dir, functions, requests):
+    """Raises unless the C++-loaded export answers every request as `functions` (Keras) does.
+
+    Args:
+        export_dir: the SavedModel directory (with its warm-up records).
+        functions: {signature name: tf.function} computing the Keras model's answers.
+        requests: the warm-up requests, (signature, {input: numpy}), in file order.
+    """
+    import tensorflow as tf
+
+    served = _served(export_dir)
+    for k, (signature, inputs) in enumerate(requests):
+        expected = functions[signature](**{key: tf.constant(value) for key, value in inputs.items()})
+        for name, value in expected.items():
+            want, got = value.numpy(), served.get(f"{k}/{name}")
+            if got is None or got.shape != want.shape:
+                raise RuntimeError(f"Signature {signature!r} output {name!r}: Keras gives shape {want.shape}, "
+                                   f"the C++ loader {None if got is None else got.shape}")
+            if want.dtype.kind == "f":
+                error = float(np.abs(got - want).max()) if want.size else 0.0
+                if not error <= TOLERANCE:
+                    raise RuntimeError(f"Signature {signature!r} output {name!r} through the C++ loader differs "
+                                       f"from Keras by {error:.2e} (allowed {TOLERANCE:.0e})")
+            elif not np.array_equal(got, want.astype(got.dtype)):
+                raise RuntimeError(f"Signature {signature!r} output {name!r} through the C++ loader differs "
+                                   f"from Keras: {got.tolist()} against {want.tolist()}")
+
+
+if __name__ == "__main__":
+    replay(sys.argv[1], sys.argv[2])
