@@ -62,9 +62,8 @@ class ServingFunctions:
         return prep.images_to_inputs(images, self.preprocessing)
 
     def _classify(self, inputs):
-        scores = self.model(inputs, training=False)
-        probabilities = scores if outputs_probabilities(self.model) else tf.nn.softmax(tf.cast(scores, tf.float32))
-        probabilities = tf.cast(probabilities, tf.float32)
+        scores = _call(self.model, inputs)
+        probabilities = scores if outputs_probabilities(self.model) else tf.nn.softmax(scores)
         top = tf.math.top_k(probabilities, k=self.top_k)
         outputs = {"probabilities": probabilities, "top_k_classes": top.indices, "top_k_scores": top.values}
         if self.labels is not None:
@@ -79,21 +78,28 @@ class ServingFunctions:
         inputs = tf.TensorSpec([None, *fixed, p.channels], tf.float32, name="inputs")
         names = [layer.name for layer in self.model.layers]
         pooled = self.model.get_layer("pre_logits" if "pre_logits" in names else "pooling").output
-        feature_model = keras.Model(self.model.inputs, pooled)
+        feature_model = keras.Model(self.model.input, pooled)
         return {
             "serving_default": tf.function(lambda images: self._classify(self._images(images)),
                                            input_signature=[images]),
             "predict_pixels": tf.function(lambda pixels: self._classify(prep.pixels_to_inputs(pixels, p)),
                                           input_signature=[pixels]),
             "predict_float": tf.function(self._classify, input_signature=[inputs]),
-            "embeddings": tf.function(lambda images: {"embeddings": tf.cast(
-                feature_model(self._images(images), training=False), tf.float32)}, input_signature=[images]),
+            "embeddings": tf.function(lambda images: {"embeddings": _call(feature_model, self._images(images))},
+                                      input_signature=[images]),
         }
 
     def _features(self):
         images = tf.TensorSpec([None], tf.string, name="images")
-        return {"features": tf.function(lambda images: {"features": tf.cast(
-            self.model(self._images(images), training=False), tf.float32)}, input_signature=[images])}
+        return {"features": tf.function(lambda images: {"features": _call(self.model, self._images(images))},
+                                        input_signature=[images])}
+
+
+def _call(model, inputs):
+    """float32 `model(inputs)`; an empty batch gives an empty answer (TF's Conv2D returns its input for one)."""
+    return tf.cond(tf.shape(inputs)[0] > 0,
+                   lambda: tf.cast(model(inputs, training=False), tf.float32),
+                   lambda: tf.zeros([0, *model.output_shape[1:]], tf.float32))
 
 
 def next_version(model_base):

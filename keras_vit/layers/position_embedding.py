@@ -197,7 +197,8 @@ class PositionEmbedding(keras.layers.Layer):
         rows, cols, width = patches.shape[1], patches.shape[2], patches.shape[3]
         rows = shape[1] if rows is None else rows
         cols = shape[2] if cols is None else cols
-        tokens = ops.reshape(patches, (shape[0], -1, width))
+        # rows * cols, not -1: with an unknown batch, -1 would leave the token count unknown in a graph.
+        tokens = ops.reshape(patches, (shape[0], rows * cols, width))
         table = self.grid_table(rows, cols, width)
         if table is not None:
             tokens = tokens + ops.cast(table, self.compute_dtype)[None]

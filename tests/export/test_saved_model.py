@@ -1,3 +1,6 @@
+"""SavedModel export, proven through TF Serving's own loader (TensorFlow's C API)."""
+
+import io
 import json
 import os
 import pathlib
@@ -7,13 +10,15 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
 import keras_vit
-from export import loading, saved_model
+from export import capi, loading, saved_model, serving_check
 from tests.layer_checks import randomize_weights
 
 ROOT = pathlib.Path(__file__).parents[2]
 LABELS = ["cat", "dog", "bird"]
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
 
 
 @pytest.fixture(scope="module")
@@ -24,107 +29,244 @@ def model():
     return model
 
 
-def encoded_images():
-    """A JPEG and a PNG of other sizes than the model's."""
-    rng = np.random.default_rng(0)
-    photo = rng.integers(0, 256, (20, 28, 3), dtype=np.uint8)
-    drawing = np.repeat(np.linspace(0, 255, 24, dtype=np.uint8)[None, :, None], 18, 0).repeat(3, 2)
-    return [tf.io.encode_jpeg(photo).numpy(), tf.io.encode_png(drawing).numpy()]
-
-
-def keras_probabilities(model, images):
-    """What the export must compute: decode, resize to 16x16, scale to [-1, 1], softmax."""
-    inputs = [tf.image.resize(tf.io.decode_image(b, channels=3), (16, 16)) / 127.5 - 1.0 for b in images]
-    return tf.nn.softmax(model(tf.stack(inputs))).numpy()
-
-
 @pytest.fixture(scope="module")
 def exported(model, tmp_path_factory):
     base = tmp_path_factory.mktemp("serving")
     return saved_model.export_saved_model(model, base, name="vit", labels=LABELS, top_k=2)
 
 
-def test_tf_serving_layout_and_versions(model, exported):
+@pytest.fixture(scope="module")
+def served(exported):
+    """The export as TF Serving holds it: loaded by the C API's LoadSavedModel."""
+    session = capi.SavedModelSession(exported)
+    yield session
+    session.close()
+
+
+def encode(pixels, format, **options):
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=format, **options)
+    return buffer.getvalue()
+
+
+def photo(height=20, width=28, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def encoded_images():
+    """A JPEG and a PNG of other sizes than the model's."""
+    drawing = np.repeat(np.linspace(0, 255, 24, dtype=np.uint8)[None, :, None], 18, 0).repeat(3, 2)
+    return [tf.io.encode_jpeg(photo()).numpy(), tf.io.encode_png(drawing).numpy()]
+
+
+def keras_probabilities(model, pixels):
+    """What the export must compute from decoded RGB pixels: resize to 16x16, scale to [-1, 1], softmax."""
+    inputs = [tf.image.resize(p, (16, 16)) / 127.5 - 1.0 for p in pixels]
+    return tf.nn.softmax(model(tf.stack(inputs))).numpy()
+
+
+def decoded(images):
+    return [tf.io.decode_image(b, channels=3, expand_animations=False) for b in images]
+
+
+def strings(*images):
+    return np.array(images, dtype=object)
+
+
+def test_tf_serving_layout_versions_and_overwrite(model, exported):
     assert exported.name == "1" and (exported / "saved_model.pb").exists() and (exported / "variables").is_dir()
-    second = saved_model.export_saved_model(model, exported.parents[1], name="vit")
+    base = exported.parents[1]
+    second = saved_model.export_saved_model(model, base, name="vit", top_k=1)
     assert second.name == "2"
-    with pytest.raises(ValueError, match="Version 1 of 'vit' exists"):
-        saved_model.export_saved_model(model, exported.parents[1], name="vit", version=1)
+    with pytest.raises(ValueError, match="Version 2 of 'vit' exists.*--overwrite"):
+        saved_model.export_saved_model(model, base, name="vit", version=2)
+    replaced = saved_model.export_saved_model(model, base, name="vit", version=2, top_k=3, overwrite=True)
+    assert json.loads((replaced / "assets.extra" / saved_model.METADATA).read_text())["top_k"] == 3
+    assert sorted(p.name for p in (base / "vit").iterdir()) == ["1", "2"]
 
 
-def test_signatures_names_and_dtypes(exported):
-    signatures = tf.saved_model.load(str(exported)).signatures
-    assert set(signatures) == {"serving_default", "predict_pixels", "predict_float", "embeddings"}
-    default = signatures["serving_default"]
-    assert default.structured_input_signature[1]["images"].dtype == tf.string
-    outputs = default.structured_outputs
-    assert {k: v.dtype for k, v in outputs.items()} == {
-        "probabilities": tf.float32, "top_k_classes": tf.int32, "top_k_scores": tf.float32,
-        "top_k_labels": tf.string}
-    assert signatures["predict_pixels"].structured_input_signature[1]["pixels"].dtype == tf.uint8
-    assert signatures["predict_float"].structured_input_signature[1]["inputs"].shape.as_list() == [None, 16, 16, 3]
+def test_signatures_as_the_cpp_loader_sees_them(served):
+    signatures = {name: (capi.describe(s.inputs), capi.describe(s.outputs))
+                  for name, s in served.signatures.items() if not name.startswith("__")}
+    classified = {"probabilities": "float32(None, 3)", "top_k_classes": "int32(None, 2)",
+                  "top_k_scores": "float32(None, 2)", "top_k_labels": "string(None, 2)"}
+    assert signatures == {
+        "serving_default": ({"images": "string(None,)"}, classified),
+        "predict_pixels": ({"pixels": "uint8(None, None, None, 3)"}, classified),
+        "predict_float": ({"inputs": "float32(None, 16, 16, 3)"}, classified),
+        "embeddings": ({"images": "string(None,)"}, {"embeddings": "float32(None, 32)"}),
+    }
 
 
-def test_fresh_process_gives_the_keras_probabilities_and_labels(model, exported, tmp_path):
+def test_cpp_loader_gives_the_keras_probabilities_and_labels(model, served):
     images = encoded_images()
-    np.save(tmp_path / "images.npy", np.array(images, dtype=object), allow_pickle=True)
-    script = (
-        "import numpy as np, tensorflow as tf, json, sys\n"
-        f"images = list(np.load({str(tmp_path / 'images.npy')!r}, allow_pickle=True))\n"
-        f"f = tf.saved_model.load({str(exported)!r}).signatures['serving_default']\n"
-        "out = f(images=tf.constant(images))\n"
-        "print(json.dumps({k: v.numpy().tolist() if v.dtype != tf.string else "
-        "[[s.decode() for s in row] for row in v.numpy()] for k, v in out.items()}))\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert result.returncode == 0, result.stderr[-2000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    expected = keras_probabilities(model, images)
+    out = served.run("serving_default", images=strings(*images))
+    expected = keras_probabilities(model, decoded(images))
     np.testing.assert_allclose(out["probabilities"], expected, atol=1e-5)
     best = expected.argmax(1)
-    assert [row[0] for row in out["top_k_classes"]] == best.tolist()
-    assert [row[0] for row in out["top_k_labels"]] == [LABELS[i] for i in best]
+    assert out["top_k_classes"][:, 0].tolist() == best.tolist()
+    assert [row[0].decode() for row in out["top_k_labels"]] == [LABELS[i] for i in best]
     assert np.abs(expected - 1 / 3).max() > 0.05  # not a flat model
 
 
-def test_pixels_embeddings_and_float_signatures_agree(model, exported):
-    loaded = tf.saved_model.load(str(exported)).signatures
+def test_pixels_embeddings_and_float_signatures_agree(model, served):
     png = encoded_images()[1]
-    pixels = tf.io.decode_png(png)[None]
-    by_pixels = loaded["predict_pixels"](pixels=pixels)["probabilities"].numpy()
-    by_bytes = loaded["serving_default"](images=tf.constant([png]))["probabilities"].numpy()
-    np.testing.assert_allclose(by_pixels, by_bytes, atol=1e-6)
-    inputs = tf.image.resize(tf.cast(pixels, tf.float32), (16, 16)) / 127.5 - 1.0
-    by_float = loaded["predict_float"](inputs=inputs)["probabilities"].numpy()
-    np.testing.assert_allclose(by_float, by_bytes, atol=1e-6)
-    embeddings = loaded["embeddings"](images=tf.constant([png, png]))["embeddings"]
-    assert embeddings.shape == (2, 32)
+    pixels = tf.io.decode_png(png)[None].numpy()
+    by_bytes = served.run("serving_default", images=strings(png))["probabilities"]
+    np.testing.assert_allclose(served.run("predict_pixels", pixels=pixels)["probabilities"], by_bytes, atol=1e-6)
+    inputs = (tf.image.resize(pixels, (16, 16)) / 127.5 - 1.0).numpy()
+    np.testing.assert_allclose(served.run("predict_float", inputs=inputs)["probabilities"], by_bytes, atol=1e-6)
+    embeddings = served.run("embeddings", images=strings(png, png))["embeddings"]
+    expected = keras_vit_features(model, inputs)
+    np.testing.assert_allclose(embeddings, np.concatenate([expected] * 2), atol=1e-5)
 
 
-def test_a_bad_element_is_named_and_the_server_goes_on(exported):
-    serve = tf.saved_model.load(str(exported)).signatures["serving_default"]
-    good = encoded_images()[0]
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"images element.*\b1\b.*is not a JPEG or PNG"):
-        serve(images=tf.constant([good, b"not an image"]))
-    assert serve(images=tf.constant([good]))["probabilities"].shape == (1, 3)
+def keras_vit_features(model, inputs):
+    import keras
+
+    return np.asarray(keras.Model(model.input, model.get_layer("pooling").output)(inputs))
 
 
-def test_warmup_records_are_prediction_logs(exported):
-    from tensorflow_serving.apis import prediction_log_pb2
+def test_every_format_the_decoder_knows_is_served(model, served):
+    """Grayscale, RGBA and 16-bit PNG, GIF and BMP: the pixels a user sees, as RGB."""
+    rgb = (photo(21, 17, seed=1) // 64 * 64).astype(np.uint8)  # few colours: a GIF keeps them exactly
+    gray = rgb[..., 0]
+    cases = {
+        "gray PNG": (encode(gray, "PNG"), np.repeat(gray[..., None], 3, -1)),
+        "RGBA PNG": (encode(np.dstack([rgb, np.full(gray.shape, 200, np.uint8)]), "PNG"), rgb),
+        "16-bit PNG": (tf.io.encode_png(tf.constant(rgb.astype(np.uint16) * 257)).numpy(), rgb),
+        "GIF": (encode(rgb, "GIF"), rgb),
+        "BMP": (encode(rgb, "BMP"), rgb),
+    }
+    for name, (data, pixels) in cases.items():
+        got = served.run("serving_default", images=strings(data))["probabilities"]
+        np.testing.assert_allclose(got, keras_probabilities(model, [pixels]), atol=1e-5, err_msg=name)
 
-    path = exported / "assets.extra" / "tf_serving_warmup_requests"
-    logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]
-    assert len(logs) == 2
-    request = logs[0].predict_log.request
-    assert request.model_spec.name == "vit" and request.model_spec.signature_name == "serving_default"
-    assert tf.io.is_jpeg(tf.make_ndarray(request.inputs["images"])[0])
+
+def test_a_batch_mixing_sizes_and_formats_answers_as_its_elements(served):
+    images = [*encoded_images(), encode(photo(40, 9, seed=2), "BMP"), encode(photo(7, 30, seed=3), "GIF")]
+    batch = served.run("serving_default", images=strings(*images))["probabilities"]
+    one_by_one = np.concatenate([served.run("serving_default", images=strings(i))["probabilities"] for i in images])
+    np.testing.assert_allclose(batch, one_by_one, atol=1e-6)
 
 
-def test_metadata_and_inspect(exported):
-    meta = json.loads((exported / "assets.extra" / saved_model.METADATA).read_text())
-    assert meta["preprocessing"]["image_size"] == [16, 16] and meta["preprocessing"]["input_range"] == [-1.0, 1.0]
-    text = saved_model.inspect(exported)
-    assert "signature serving_default: inputs {'images': 'string(None,)'}" in text and '"classes": 3' in text
+def test_an_empty_batch_returns_empty_outputs_of_the_right_shapes(served):
+    out = served.run("serving_default", images=np.empty([0], object))
+    assert {k: v.shape for k, v in out.items()} == {
+        "probabilities": (0, 3), "top_k_classes": (0, 2), "top_k_scores": (0, 2), "top_k_labels": (0, 2)}
+    assert served.run("embeddings", images=np.empty([0], object))["embeddings"].shape == (0, 32)
+    assert served.run("predict_pixels", pixels=np.zeros((0, 5, 5, 3), np.uint8))["probabilities"].shape == (0, 3)
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"not an image", r"images element.*\b1\b.*is not a JPEG, PNG, GIF or BMP image"),
+    (b"", r"images element.*\b1\b.*is not a JPEG, PNG, GIF or BMP image"),
+    (b"RIFF\x00\x00\x00\x00WEBPVP8 ", r"images element.*\b1\b.*is not a JPEG, PNG, GIF or BMP image"),
+    ("truncated JPEG", r"JPEG"),
+    ("truncated PNG", r"PNG"),
+    ("corrupt JPEG header", r"JPEG"),
+])
+def test_a_bad_element_is_an_invalid_argument_and_the_server_goes_on(served, data, message):
+    good, png = encoded_images()
+    data = {"truncated JPEG": good[: len(good) // 2], "truncated PNG": png[: len(png) - 30],
+            "corrupt JPEG header": good[:4] + b"\x00" * 40}.get(data, data)
+    with pytest.raises(capi.TFError, match=message) as error:
+        served.run("serving_default", images=strings(good, data))
+    assert error.value.code == 3  # INVALID_ARGUMENT, what TF Serving returns to the client
+    assert served.run("serving_default", images=strings(good))["probabilities"].shape == (1, 3)
+
+
+def test_an_image_declaring_too_many_pixels_is_refused_from_its_header(model, tmp_path):
+    path = saved_model.export_saved_model(model, tmp_path, name="small", max_image_pixels=600)
+    session = capi.SavedModelSession(path)
+    try:
+        for image in (encode(photo(30, 21), "PNG"), encode(photo(30, 21), "JPEG"), encode(photo(30, 21), "BMP"),
+                      encode(photo(30, 21) // 64 * 64, "GIF")):
+            with pytest.raises(capi.TFError, match=r"images element.*\b0\b.*declares.*\b630\b.*pixels.*\b600\b"):
+                session.run("serving_default", images=strings(image))
+        assert session.run("serving_default", images=strings(encode(photo(20, 30), "PNG")))
+    finally:
+        session.close()
+    meta = json.loads((path / "assets.extra" / saved_model.METADATA).read_text())
+    assert meta["preprocessing"]["max_image_pixels"] == 600
+
+
+def test_a_12000_by_12000_jpeg_is_refused_in_bounded_memory(exported, tmp_path):
+    """The server process' peak memory grows by less than the decoded image would take (432 MB)."""
+    Image.new("RGB", (12000, 12000), (90, 120, 200)).save(tmp_path / "huge.jpg", quality=30)
+    (tmp_path / "small.png").write_bytes(encoded_images()[1])
+    script = (
+        "import json, resource, sys, numpy as np\n"
+        "from export import capi\n"
+        f"session = capi.SavedModelSession({str(exported)!r})\n"
+        f"small = open({str(tmp_path / 'small.png')!r}, 'rb').read()\n"
+        f"huge = open({str(tmp_path / 'huge.jpg')!r}, 'rb').read()\n"
+        "session.run('serving_default', images=np.array([small], object))\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "try:\n"
+        "    session.run('serving_default', images=np.array([small, huge], object)); code, message = 0, ''\n"
+        "except capi.TFError as error:\n"
+        "    code, message = error.code, error.message\n"
+        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(json.dumps({'code': code, 'message': message, 'growth_mb': (after - before) / 1024}))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=ENV)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["code"] == 3 and "declares" in out["message"] and "144000000" in out["message"]
+    assert out["growth_mb"] < 50, out
+
+
+def test_a_headless_model_exports_features_only(tmp_path):
+    headless = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
+                             include_top=False, pooling="avg")
+    randomize_weights(headless, scale=0.3)
+    path = saved_model.export_saved_model(headless, tmp_path, name="features")
+    session = capi.SavedModelSession(path)
+    try:
+        assert sorted(n for n in session.signatures if not n.startswith("__")) == ["features"]
+        out = session.run("features", images=strings(encoded_images()[1]))
+    finally:
+        session.close()
+    assert list(out) == ["features"]
+    expected = np.asarray(headless(tf.stack([tf.image.resize(decoded(encoded_images())[1], (16, 16)) / 127.5 - 1])))
+    np.testing.assert_allclose(out["features"], expected, atol=1e-5)
+    with pytest.raises(ValueError, match="no classification head.*labels"):
+        saved_model.export_saved_model(headless, tmp_path, name="features", labels=LABELS)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(labels=["a", "b"]), "The model has 3 classes; received 2 labels"),
+    (dict(top_k=0), r"top_k must be an integer from 1 to the 3 classes; received 0"),
+    (dict(top_k=4), r"top_k must be an integer from 1 to the 3 classes; received 4"),
+    (dict(crop_fraction=0.0), r"crop_fraction must be in \(0, 1\]; received 0.0"),
+    (dict(max_image_pixels=0), r"max_image_pixels must be an integer >= 1; received 0"),
+])
+def test_what_cannot_be_served_is_refused_before_anything_is_written(model, tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        saved_model.export_saved_model(model, tmp_path / "base", **kwargs)
+    assert not (tmp_path / "base").exists()
+
+
+def test_an_unwritable_output_is_refused(model, tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(ValueError, match="Cannot create the export directory"):
+        saved_model.export_saved_model(model, tmp_path / "file" / "base")
+
+
+def test_an_export_the_cpp_loader_cannot_serve_is_never_published(model, tmp_path, monkeypatch):
+    """The exporter's own check catches the bug of saving the Keras model itself (two handles per weight)."""
+    def save_the_keras_model(model, path, preprocessing, labels, top_k):
+        functions = saved_model.ServingFunctions(model, preprocessing, None, top_k)
+        root = tf.Module()
+        root.model = model
+        tf.saved_model.save(root, str(path), signatures={n: f.get_concrete_function()
+                                                         for n, f in functions.functions.items()})
+        return functions
+
+    monkeypatch.setattr(saved_model, "_save", save_the_keras_model)
+    with pytest.raises(RuntimeError, match=r"C API.*could not serve(.|\n)*Could not find variable"):
+        saved_model.export_saved_model(model, tmp_path, name="vit")
+    assert list((tmp_path / "vit").iterdir()) == []
 
 
 def test_a_failed_export_leaves_no_version(model, tmp_path, monkeypatch):
@@ -137,9 +279,18 @@ def test_a_failed_export_leaves_no_version(model, tmp_path, monkeypatch):
     assert list((tmp_path / "vit").iterdir()) == []
 
 
-def test_wrong_labels_count(model, tmp_path):
-    with pytest.raises(ValueError, match="The model has 3 classes; received 2 labels"):
-        saved_model.export_saved_model(model, tmp_path, labels=["a", "b"])
+def test_warmup_records_cover_every_signature(exported):
+    requests = serving_check.read_warmup(exported / "assets.extra" / saved_model.WARMUP)
+    assert [signature for signature, _ in requests] == [
+        "serving_default", "predict_pixels", "predict_float", "embeddings"]
+    assert tf.io.is_jpeg(requests[0][1]["images"][0])
+
+
+def test_metadata_and_inspect(exported):
+    meta = json.loads((exported / "assets.extra" / saved_model.METADATA).read_text())
+    assert meta["preprocessing"]["image_size"] == [16, 16] and meta["preprocessing"]["input_range"] == [-1.0, 1.0]
+    text = saved_model.inspect(exported)
+    assert "signature serving_default: inputs {'images': 'string(None,)'}" in text and '"classes": 3' in text
 
 
 def test_loading_an_npz_with_its_variant(tmp_path):
@@ -154,34 +305,29 @@ def test_loading_an_npz_with_its_variant(tmp_path):
         loading.load_model(tmp_path / "ti.npz")
 
 
-def test_command_line_export_and_inspect(model, tmp_path):
+def test_command_line_export_inspect_and_refusals(model, tmp_path):
     model.save(tmp_path / "m.keras")
     (tmp_path / "labels.txt").write_text("\n".join(LABELS) + "\n")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run([sys.executable, "-m", "export", f"--model={tmp_path / 'm.keras'}",
-                             f"--output={tmp_path / 'serving'}", "--name=vit", f"--labels={tmp_path / 'labels.txt'}"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    base = [sys.executable, "-m", "export", f"--model={tmp_path / 'm.keras'}", f"--output={tmp_path / 'serving'}"]
+    result = subprocess.run([*base, f"--labels={tmp_path / 'labels.txt'}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "signature serving_default" in result.stdout and (tmp_path / "serving" / "vit" / "1").is_dir()
-    inspect = subprocess.run([sys.executable, "-m", "export", f"--inspect={tmp_path / 'serving' / 'vit' / '1'}"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert inspect.returncode == 0 and "top_k_labels" in inspect.stdout
+    (tmp_path / "four.txt").write_text("a\nb\nc\nd\n")
+    for flag, message in [(f"--labels={tmp_path / 'four.txt'}", "The model has 3 classes; received 4 labels"),
+                          ("--top_k=7", "top_k must be an integer from 1 to the 3 classes; received 7"),
+                          ("--version=1", "Version 1 of 'vit' exists")]:
+        refused = subprocess.run([*base, flag], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
+        assert refused.returncode != 0 and message in refused.stderr, (flag, refused.stderr[-1000:])
+    assert sorted(p.name for p in (tmp_path / "serving" / "vit").iterdir()) == ["1"]
 
 
-def test_saved_model_cli_lists_the_signatures(exported):
+def test_saved_model_cli_runs_the_export(exported, tmp_path):
+    """The TF1 session loader behind `saved_model_cli run` serves it too."""
+    np.save(tmp_path / "x.npy", np.zeros((1, 16, 16, 3), np.float32))
     cli = pathlib.Path(sys.executable).parent / "saved_model_cli"
-    result = subprocess.run([str(cli), "show", "--dir", str(exported), "--all"], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = subprocess.run([str(cli), "run", "--dir", str(exported), "--tag_set", "serve", "--signature_def",
+                             "predict_float", "--inputs", f"inputs={tmp_path / 'x.npy'}"],
+                            capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
-    for name in ("serving_default", "predict_pixels", "predict_float", "embeddings", "top_k_labels"):
-        assert name in result.stdout
-
-
-def test_a_scanned_model_serves_the_same_probabilities(model, tmp_path):
-    scanned = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=16,
-                            classes=3, classifier_activation=None, scan_layers=True)
-    keras_vit.load_npz(scanned, keras_vit.save_npz(model, tmp_path / "m.npz"))
-    path = saved_model.export_saved_model(scanned, tmp_path / "serving", name="vit", labels=LABELS)
-    images = encoded_images()
-    served = tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(images))
-    np.testing.assert_allclose(served["probabilities"].numpy(), keras_probabilities(model, images), atol=1e-5)
+    assert "Result for output key probabilities" in result.stdout
