@@ -34,6 +34,9 @@ def main(weights_dir, images_path, out_path):
     out = {"backend": keras.backend.backend()}
     for weights in sorted(pathlib.Path(weights_dir).glob("*.weights.h5")):
         name = weights.name.split(".")[0]
+        # Dropout and stochastic depth draw from Keras' global seed: fixed, so
+        # the loss-must-fall check sees the same three steps on every run.
+        keras.utils.set_random_seed(0)
         model = keras_vit.ViT(**CONFIG, scan_layers=name == "scan")
         model.load_weights(weights)
         out[f"{name}_logits"] = keras.ops.convert_to_numpy(model(images))
