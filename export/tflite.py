@@ -40,17 +40,17 @@ from keras_vit.preprocessing import INPUT_RANGE
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 
-# Stated bounds on 64 held-out images, measured on the tests' trained 2-layer,
-# 32-wide ViT (tests/export/test_tflite.py), whose held-out set keeps a few
-# near-ties on purpose. Measured max |dp| / top-1 agreement: none 3e-6 / 1.0,
-# float16 7.5e-3 / 1.0 (one image; 1e-3 on 512 fresh ones), dynamic 8e-2 /
-# 0.984, int8 0.84 / 0.953 (0.99 on 512 fresh images). A flipped near-tie can
-# move |dp| anywhere up to 1, so full int8 is bounded by agreement alone.
+# Stated bounds, measured on the tests' trained 2-layer, 32-wide ViT
+# (tests/export/test_tflite.py) over 512 held-out images of its colour task.
+# Measured max |dp| / top-1 agreement: none 3e-6 / 1.0, float16 ~1e-3 / 1.0,
+# dynamic ~8e-2 / ~0.99, int8 0.84 / 0.984 (256 calibration images). The
+# int8 flips are not near-ties (float margins of 0.2-0.9); issue 13's 99% is
+# not met yet (BUILD.md, 2026-11-25), so full int8 is bounded at 97%.
 TOLERANCES = {
     "none": dict(max_abs=1e-4, agreement=1.0),
     "float16": dict(max_abs=5e-2, agreement=0.98),
     "dynamic": dict(max_abs=0.25, agreement=0.95),
-    "int8": dict(agreement=0.9),
+    "int8": dict(agreement=0.97),
 }
 
 LATENCY_RUNS = 10
@@ -141,7 +141,32 @@ def convert(model, quantize="none", representative_images=None):
         # to every variant.
         converter.inference_input_type = tf.float32
         converter.inference_output_type = tf.float32
-    return converter.convert()
+    else:
+        # Builtin ops only, never SELECT_TF_OPS: a phone's default LiteRT runtime has no Flex delegate.
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    tflite_bytes = converter.convert()
+    custom = non_builtin_ops(tflite_bytes)
+    if custom:
+        raise ValueError(f"The {quantize!r} TFLite model needs ops outside LiteRT's builtins, which a phone's "
+                         f"default runtime lacks: {custom}")
+    return tflite_bytes
+
+
+def non_builtin_ops(tflite_bytes):
+    """Names of the ops that are not LiteRT builtins (Flex or other custom ops), sorted; empty if none."""
+    from tensorflow.lite.python.schema_py_generated import BuiltinOperator
+
+    builtins = {name for name in vars(BuiltinOperator) if name.isupper()}
+    interpreter = _interpreter_without_allocation(tflite_bytes)
+    # `_get_ops_details` names custom ops by their custom code (e.g. FlexErf); no public equivalent.
+    return sorted({op["op_name"] for op in interpreter._get_ops_details()} - builtins)
+
+
+def _interpreter_without_allocation(tflite_bytes):
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    return Interpreter(model_content=tflite_bytes,
+                       experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
 
 
 def make_interpreter(tflite_bytes, num_threads=None, delegates=True):

@@ -27,17 +27,17 @@ def colour_task(num_images, rng):
 
 @pytest.fixture(scope="module")
 def trained():
-    """A 2-layer, 32-wide ViT trained for 128 steps; returns (model, held-out images, calibration images)."""
+    """A 2-layer, 32-wide ViT trained for 128 steps; returns (model, 512 held-out images, calibration images)."""
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     images, labels = colour_task(256, rng)
-    held_out, held_out_labels = colour_task(64, rng)
+    held_out, held_out_labels = colour_task(512, rng)
     model = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation=None)
     model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(images, labels, batch_size=16, epochs=8, verbose=0)
     accuracy = np.mean(model.predict(held_out, verbose=0).argmax(-1) == held_out_labels)
     assert accuracy >= 0.85  # trained, so agreement is measured on a model that decides something
-    return model, held_out, images[:64]
+    return model, held_out, images
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +50,11 @@ def variants(trained):
 def test_every_quantization_runs_and_agrees_within_its_tolerance(trained, variants, quantize):
     model, held_out, _ = trained
     outputs = tflite.run(variants[quantize], held_out)
-    assert outputs.shape == (64, CLASSES) and outputs.dtype == np.float32
+    assert outputs.shape == (512, CLASSES) and outputs.dtype == np.float32
     result = tflite.verify(variants[quantize], model, held_out)
     assert tflite.check_tolerance(quantize, result) == []
-    assert result["num_images"] == 64 and result["size_bytes"] == len(variants[quantize])
+    assert tflite.non_builtin_ops(variants[quantize]) == []  # runs on a phone's default LiteRT, no Flex
+    assert result["num_images"] == 512 and result["size_bytes"] == len(variants[quantize])
     assert result["latency_ms"] > 0
 
 
@@ -69,6 +70,16 @@ def test_a_scanned_model_converts_with_its_loop(trained, tmp_path):
     converted = tflite.convert(scanned)
     assert "WHILE" in tflite.float_ops(converted)  # one block in a loop, not unrolled by the converter
     np.testing.assert_allclose(tflite.run(converted, held_out), model.predict(held_out, verbose=0), atol=1e-5)
+
+
+def test_ops_outside_the_builtins_are_named():
+    import tensorflow as tf
+
+    flex = tf.function(lambda x: tf.cast(tf.strings.length(tf.strings.as_string(x)), tf.float32),
+                       input_signature=[tf.TensorSpec([1, 4], tf.float32)])
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([flex.get_concrete_function()])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+    assert tflite.non_builtin_ops(converter.convert()) == ["FlexAsString", "FlexStringLength"]
 
 
 def test_quantized_variants_are_smaller(variants):
@@ -99,7 +110,7 @@ def test_bad_arguments_are_refused(trained, tmp_path):
     model, held_out, _ = trained
     with pytest.raises(ValueError, match="representative_images=None"):
         tflite.convert(model, "int8")
-    with pytest.raises(ValueError, match=r"received shape \(64, 8, 8, 3\)"):
+    with pytest.raises(ValueError, match=r"received shape \(512, 8, 8, 3\)"):
         tflite.convert(model, "int8", representative_images=held_out[:, :8, :8])
     with pytest.raises(ValueError, match="received quantize='int4'"):
         tflite.convert(model, "int4")
@@ -130,7 +141,7 @@ def test_export_writes_model_labels_and_metadata(trained, tmp_path):
     assert metadata["input"] == {"shape": [1, SIZE, SIZE, 3], "dtype": "float32", "range": [-1.0, 1.0]}
     assert metadata["output"] == {"shape": [1, CLASSES], "dtype": "float32", "kind": "logits"}
     assert metadata["top1_agreement"] == result["top1_agreement"] >= tflite.TOLERANCES["dynamic"]["agreement"]
-    assert metadata["forced"] is False and metadata["num_images"] == 64
+    assert metadata["forced"] is False and metadata["num_images"] == 512
 
 
 def test_failed_verification_is_refused_unless_forced(trained, tmp_path, monkeypatch):
