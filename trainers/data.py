@@ -10,10 +10,13 @@ stateful generators and are the exception; see BUILD.md).
 
 import dataclasses
 import functools
+import os
 
+import numpy as np
 import tensorflow as tf
 
 from keras_vit.preprocessing import preprocess_input, resize_and_center_crop
+from trainers import image_scan
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -26,43 +29,132 @@ class Source:
     num_examples: int
     num_classes: int
     channels: int
+    # Files left out by skip_bad_images.
+    skipped: int = 0
 
 
-def load(name, split, data_dir=None, num_classes=0):
-    """Opens `split` of `name` ("keras_vit_digits", "tfds:X", "folder:P", "tfrecord:G")."""
+def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
+    """Opens `split` of `name` ("keras_vit_digits", "tfds:X", "folder:P", "tfrecord:G").
+
+    Raises ValueError, before reading any example, for an unknown dataset or
+    split, a `num_classes` the dataset's metadata contradicts, TFRecord labels
+    outside [0, num_classes) and (unless `skip_bad_images`) folder images that
+    cannot be decoded. Labels are checked again as the examples stream.
+    """
+    kind, _, rest = name.partition(":")
+    if name == "keras_vit_digits" or kind == "tfds":
+        source = _load_tfds(digits_name() if name == "keras_vit_digits" else rest, split, data_dir)
+    elif kind == "folder":
+        source = _load_folder(rest, split, skip_bad_images)
+    elif kind == "tfrecord":
+        source = _load_tfrecord(name, rest, split, num_classes)
+    else:
+        raise ValueError(
+            "`dataset` must be 'keras_vit_digits', 'tfds:NAME', 'folder:PATH' or 'tfrecord:GLOB'; "
+            f"received dataset={name!r}")
+    if num_classes and num_classes != source.num_classes:
+        raise ValueError(f"`num_classes` must match the {source.num_classes} classes dataset={name!r} declares "
+                         f"(or be 0 to read them); received num_classes={num_classes}")
+    return dataclasses.replace(source, dataset=check_labels(source.dataset, source.num_classes))
+
+
+def digits_name():
+    from trainers import digits  # registers the builder
+
+    return digits.NAME
+
+
+def _read_config():
     import tensorflow_datasets as tfds
 
-    kind, _, rest = name.partition(":")
-    read = tfds.ReadConfig(shuffle_seed=0, interleave_cycle_length=1)
-    if name == "keras_vit_digits" or kind == "tfds":
-        if name == "keras_vit_digits":
-            from trainers import digits  # registers the builder
+    return tfds.ReadConfig(shuffle_seed=0, interleave_cycle_length=1)
 
-            rest = digits.NAME
-        builder = tfds.builder(rest, data_dir=data_dir)
-        builder.download_and_prepare()
-        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=read)
-        info = builder.info
-        return Source(ds, info.splits[split].num_examples, info.features["label"].num_classes,
-                      info.features["image"].shape[-1] or 3)
-    if kind == "folder":
-        builder = tfds.folder_dataset.ImageFolder(rest)
-        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=read)
-        return Source(ds, builder.info.splits[split].num_examples,
-                      builder.info.features["label"].num_classes, 3)
-    if kind == "tfrecord":
-        if not num_classes:
-            raise ValueError(f"TFRecords carry no class count: set --num_classes for dataset={name!r}")
-        files = sorted(tf.io.gfile.glob(rest.replace("{split}", split)))
-        if not files:
-            raise ValueError(f"No TFRecord files match {rest.replace('{split}', split)!r} (dataset={name!r})")
-        ds = tf.data.TFRecordDataset(files).map(_parse_example, num_parallel_calls=AUTOTUNE)
-        count = sum(1 for _ in tf.data.TFRecordDataset(files))
-        return Source(ds, count, num_classes, 3)
-    raise ValueError(
-        "`dataset` must be 'keras_vit_digits', 'tfds:NAME', 'folder:PATH' or 'tfrecord:GLOB'; "
-        f"received dataset={name!r}"
-    )
+
+def _check_split(split, splits, dataset):
+    if split not in splits:
+        raise ValueError(f"split {split!r} is not one of the splits of dataset {dataset!r}: {sorted(splits)}")
+
+
+def _load_tfds(name, split, data_dir):
+    import tensorflow_datasets as tfds
+
+    builder = tfds.builder(name, data_dir=data_dir)
+    if builder.info.splits:  # known before any download for registered datasets
+        _check_split(split, builder.info.splits, name)
+    builder.download_and_prepare()
+    _check_split(split, builder.info.splits, name)
+    ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config())
+    info = builder.info
+    return Source(ds, info.splits[split].num_examples, info.features["label"].num_classes,
+                  info.features["image"].shape[-1] or 3)
+
+
+def _load_folder(root, split, skip_bad_images):
+    import tensorflow_datasets as tfds
+
+    if not os.path.isdir(root):
+        raise ValueError(f"dataset='folder:{root}': no such directory (expected {root}/SPLIT/LABEL/*.jpg)")
+    builder = tfds.folder_dataset.ImageFolder(root)
+    _check_split(split, builder.info.splits, f"folder:{root}")
+    bad = image_scan.scan(root, split)
+    if bad and not skip_bad_images:
+        listed = "\n".join(f"  {path}: {reason}" for path, reason in list(bad.items())[:20])
+        more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise ValueError(f"{len(bad)} of the images of split {split!r} of folder:{root} cannot be decoded:\n"
+                         f"{listed}{more}\nFix or remove them, or pass --skip_bad_images to train without them.")
+    num_examples = builder.info.splits[split].num_examples
+    num_classes = builder.info.features["label"].num_classes
+    if not bad:
+        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config())
+        return Source(ds, num_examples, num_classes, 3)
+    # The raw bytes and file names, so the bad files leave before any decoding.
+    ds = builder.as_dataset(split=split, shuffle_files=False, read_config=_read_config(),
+                            decoders={"image": tfds.decode.SkipDecoding()})
+    bad_paths = tf.constant(sorted(bad))
+    ds = ds.filter(lambda ex: tf.logical_not(tf.reduce_any(tf.equal(ex["image/filename"], bad_paths))))
+    ds = ds.map(lambda ex: (tf.io.decode_image(ex["image"], channels=3, expand_animations=False), ex["label"]),
+                num_parallel_calls=AUTOTUNE, deterministic=True)
+    return Source(ds, num_examples - len(bad), num_classes, 3, skipped=len(bad))
+
+
+def _load_tfrecord(name, pattern, split, num_classes):
+    if not num_classes:
+        raise ValueError(f"TFRecords carry no class count: set --num_classes for dataset={name!r}")
+    files = sorted(tf.io.gfile.glob(pattern.replace("{split}", split)))
+    if not files:
+        raise ValueError(f"No TFRecord files match {pattern.replace('{split}', split)!r} (dataset={name!r})")
+    count = sum(_scan_tfrecord_labels(path, num_classes) for path in files)
+    ds = tf.data.TFRecordDataset(files).map(_parse_example, num_parallel_calls=AUTOTUNE)
+    return Source(ds, count, num_classes, 3)
+
+
+def _scan_tfrecord_labels(path, num_classes):
+    """The number of records in `path`; raises naming the first label outside [0, num_classes)."""
+    spec = {"image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    labels = tf.data.TFRecordDataset(path).batch(4096).map(
+        lambda records: tf.io.parse_example(records, spec)["image/class/label"])
+    count = 0
+    for batch in labels.as_numpy_iterator():
+        bad = np.flatnonzero((batch < 0) | (batch >= num_classes))
+        if bad.size:
+            raise ValueError(f"Record {count + bad[0]} of {path} has label {batch[bad[0]]}: labels must be in "
+                             f"[0, {num_classes}) for num_classes={num_classes}")
+        count += len(batch)
+    return count
+
+
+def check_labels(ds, num_classes):
+    """Fails the stream with InvalidArgument naming the label and its record's position in the split."""
+
+    def check(position, example):
+        image, label = example
+        inside = tf.logical_and(label >= 0, label < num_classes)
+        assertion = tf.debugging.Assert(inside, [
+            "Label", label, "of record", position, f"is outside [0, {num_classes}) (num_classes={num_classes})"])
+        with tf.control_dependencies([assertion]):
+            return image, tf.identity(label)
+
+    return ds.enumerate().map(check, num_parallel_calls=AUTOTUNE, deterministic=True)
 
 
 def _parse_example(record):

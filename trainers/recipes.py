@@ -8,8 +8,10 @@ field; an unknown field is an error. The resolved recipe is saved as
 
 import dataclasses
 import json
+import math
 
 from keras_vit.model import CLASSIFIERS, POSITION_EMBEDDINGS
+from keras_vit.variants import decode_variant
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,26 +205,97 @@ CHOICES = {
 }
 
 
+# Each numeric field's allowed range: (low, high, low_open, high_open); None is unbounded.
+RANGES = {
+    **{name: (0, None, False, False) for name in (
+        "patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers", "representation_size",
+        "num_classes", "random_shift", "randaugment_layers", "randaugment_magnitude",
+        "randaugment_magnitude_std", "mixup_alpha", "cutmix_alpha", "lr_batch_reference",
+        "weight_decay", "warmup_steps", "grad_clip_norm", "seed")},
+    **{name: (1, None, False, False) for name in (
+        "image_size", "shuffle_buffer", "batch_size", "train_steps", "steps_per_execution",
+        "checkpoint_every")},
+    **{name: (0, 1, False, True) for name in (
+        "dropout_rate", "attention_dropout_rate", "drop_path_rate", "label_smoothing", "beta_1", "beta_2",
+        "momentum")},
+    "random_erasing": (0, 1, False, False),
+    "eval_crop_fraction": (0, 1, True, False),
+    "learning_rate": (0, None, True, False),
+}
+DATASET_KINDS = ("keras_vit_digits", "tfds:NAME", "folder:PATH", "tfrecord:GLOB")
+
+
+def _interval(low, high, low_open, high_open):
+    return (f"{'(' if low_open else '['}{low}, {'inf' if high is None else high}"
+            f"{')' if high_open or high is None else ']'}")
+
+
+def _check_type(name, value):
+    expected = FIELDS[name].type
+    expected = {"int": int, "float": float, "str": str, "bool": bool}.get(expected, expected)
+    ok = (isinstance(value, expected) and (expected is bool or not isinstance(value, bool))
+          or expected is float and isinstance(value, int) and not isinstance(value, bool))
+    if not ok:
+        raise ValueError(f"`{name}` must be of type {expected.__name__}; received {name}={value!r}")
+
+
+def _check_range(name, value, low, high, low_open, high_open):
+    # NaN fails every comparison, so the test is written as "inside", never "outside".
+    inside = (math.isfinite(value) and (value > low if low_open else value >= low)
+              and (high is None or (value < high if high_open else value <= high)))
+    if not inside:
+        raise ValueError(f"`{name}` must be in {_interval(low, high, low_open, high_open)}; "
+                         f"received {name}={value!r}")
+
+
+def _check_dataset(recipe):
+    kind, sep, rest = recipe.dataset.partition(":")
+    if recipe.dataset != "keras_vit_digits" and not (sep and rest and kind in ("tfds", "folder", "tfrecord")):
+        raise ValueError(f"`dataset` must be one of {DATASET_KINDS}; received dataset={recipe.dataset!r}")
+    for name in ("train_split", "eval_split"):
+        if not getattr(recipe, name):
+            raise ValueError(f"`{name}` must name a split; received {name}={getattr(recipe, name)!r}")
+    if kind == "tfrecord" and not recipe.num_classes:
+        raise ValueError(f"TFRecords carry no class count: set `num_classes` >= 1 for dataset={recipe.dataset!r}; "
+                         "received num_classes=0")
+
+
+def _check_architecture(recipe):
+    if recipe.variant:
+        decode_variant(recipe.variant)  # raises naming the accepted forms
+    elif not all(getattr(recipe, f) for f in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")):
+        raise ValueError(
+            "Without a `variant`, patch_size, hidden_size, mlp_dim, num_heads and num_layers must all be >= 1; "
+            f"received patch_size={recipe.patch_size}, hidden_size={recipe.hidden_size}, mlp_dim={recipe.mlp_dim}, "
+            f"num_heads={recipe.num_heads}, num_layers={recipe.num_layers}")
+
+
 def validate(recipe):
-    """Raises ValueError naming the field, the accepted values and what came."""
+    """Checks every field's type and domain; raises ValueError naming the field, what is allowed and what came.
+
+    Cheap and pure: it runs before the trainer touches the data, the devices or the model directory.
+    """
+    for name in FIELDS:
+        _check_type(name, getattr(recipe, name))
     for name, choices in CHOICES.items():
         value = getattr(recipe, name)
         if value not in choices:
             raise ValueError(f"`{name}` must be one of {choices}; received {name}={value!r}")
-    for name in ("batch_size", "train_steps", "steps_per_execution", "checkpoint_every", "image_size"):
-        if getattr(recipe, name) < 1:
-            raise ValueError(f"`{name}` must be >= 1; received {name}={getattr(recipe, name)}")
+    for name, bounds in RANGES.items():
+        _check_range(name, getattr(recipe, name), *bounds)
     if recipe.randaugment_layers and recipe.randaugment_magnitude_std:
         raise ValueError(
             "randaugment_magnitude_std > 0 is not supported: Model Garden 2.20's RandAugment then compares "
             "int32 levels with uint8 pixels in Posterize and Solarize (TypeError); "
             f"received randaugment_magnitude_std={recipe.randaugment_magnitude_std}")
-    if recipe.learning_rate <= 0:
-        raise ValueError(f"`learning_rate` must be > 0; received learning_rate={recipe.learning_rate}")
-    if not recipe.variant and not all(
-        getattr(recipe, f) for f in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")
-    ):
-        raise ValueError(
-            "Without a `variant`, patch_size, hidden_size, mlp_dim, num_heads and num_layers must all be set"
-        )
+    _check_dataset(recipe)
+    _check_architecture(recipe)
     return recipe
+
+
+def check_replicas(recipe, num_replicas):
+    """The global batch must split evenly over the strategy's replicas."""
+    if recipe.batch_size % num_replicas:
+        raise ValueError(
+            f"`batch_size` must be a multiple of the {num_replicas} replicas in sync; received "
+            f"batch_size={recipe.batch_size} (nearest: {max(num_replicas, recipe.batch_size // num_replicas * num_replicas)})")

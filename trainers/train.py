@@ -32,6 +32,8 @@ _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Where checkpoints, logs and
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory (default ~/tensorflow_datasets).")
 _STRATEGY = flags.DEFINE_enum("strategy", "auto", list(STRATEGIES), "tf.distribute strategy.")
 _TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
+_SKIP_BAD_IMAGES = flags.DEFINE_bool(
+    "skip_bad_images", False, "Train without the folder images the pre-flight scan finds undecodable.")
 _DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Enable TF op determinism (reproducible on CPU).")
 
 
@@ -176,24 +178,53 @@ def _atomic_save_keras(model, path):
     os.replace(tmp, path)
 
 
-def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
-    """Trains `recipe` in `model_dir` under `strategy`; returns `(model, metrics)`."""
-    model_dir = pathlib.Path(model_dir)
-    model_dir.mkdir(parents=True, exist_ok=True)
+class InvalidRun(ValueError):
+    """A flag, field or datum that stops the run before its first step (nothing written)."""
+
+
+def _check_model_dir(model_dir, recipe):
+    """Refuses a model_dir that is a file or holds a run of another recipe; reads only."""
+    if model_dir.exists() and not model_dir.is_dir():
+        raise ValueError(f"--model_dir must be a directory; received model_dir={str(model_dir)!r}, a file")
     saved = model_dir / "recipe.json"
     if saved.exists() and json.loads(saved.read_text()) != dataclasses.asdict(recipe):
         raise ValueError(
             f"{model_dir} holds a run of another recipe ({saved}); use a new --model_dir or the same flags")
-    if _is_chief(strategy):
-        _write_text_atomically(saved, recipe.to_json())
+
+
+def _load_sources(recipe, data_dir, skip_bad_images):
+    train_source = data.load(recipe.dataset, recipe.train_split, data_dir, recipe.num_classes, skip_bad_images)
+    eval_source = data.load(recipe.dataset, recipe.eval_split, data_dir, recipe.num_classes, skip_bad_images)
+    for split, source in ((recipe.train_split, train_source), (recipe.eval_split, eval_source)):
+        if source.skipped:
+            logging.warning("Skipped %d undecodable images of split %r (--skip_bad_images)", source.skipped, split)
+    if train_source.num_examples < recipe.batch_size:
+        raise ValueError(f"`batch_size` must be <= the {train_source.num_examples} training examples of "
+                         f"{recipe.dataset!r} split {recipe.train_split!r}; received batch_size={recipe.batch_size}")
+    return train_source, eval_source
+
+
+def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_images=False):
+    """Trains `recipe` in `model_dir` under `strategy`; returns `(model, metrics)`.
+
+    Everything that can be wrong with the recipe, the data or the model
+    directory raises InvalidRun before the first step and before anything is
+    written to `model_dir`.
+    """
+    model_dir = pathlib.Path(model_dir)
+    try:
+        recipes.validate(recipe)
+        recipes.check_replicas(recipe, strategy.num_replicas_in_sync)
+        _check_model_dir(model_dir, recipe)
+        train_source, eval_source = _load_sources(recipe, data_dir, skip_bad_images)
+    except ValueError as error:
+        raise InvalidRun(str(error)) from error
 
     policy = recipe.mixed_precision
     if policy == "auto":
         policy = "bfloat16" if kind in ("tpu", "gpu") else "float32"
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if policy == "bfloat16" else "float32")
 
-    train_source = data.load(recipe.dataset, recipe.train_split, data_dir, recipe.num_classes)
-    eval_source = data.load(recipe.dataset, recipe.eval_split, data_dir, recipe.num_classes)
     steps_per_execution = recipe.steps_per_execution
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     mirrored = multi_worker or isinstance(strategy, tf.distribute.MirroredStrategy)
@@ -205,7 +236,10 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
     # Seeded after the data is opened: preparing a TFDS dataset draws random numbers.
     keras.utils.set_random_seed(recipe.seed)
     with strategy.scope():
-        model = build_model(recipe, train_source)
+        try:  # the architecture's own checks (patch size dividing the image, heads the width, ...)
+            model = build_model(recipe, train_source)
+        except ValueError as error:
+            raise InvalidRun(str(error)) from error
         optimizer = optimization.make_optimizer(recipe, model)
         model.compile(
             optimizer=optimizer,
@@ -225,9 +259,16 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None):
     directory = model_dir / "checkpoints" if is_chief else model_dir / f"checkpoints_{strategy.cluster_resolver.task_id}"
     manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=2)
     if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+        try:
+            checkpoint.restore(manager.latest_checkpoint).assert_consumed()
+        except (AssertionError, ValueError, tf.errors.OpError) as error:
+            raise InvalidRun(f"{manager.latest_checkpoint} does not restore into this recipe's model: {error}") from error
         logging.info("Resumed from %s at step %d", manager.latest_checkpoint, current_step(optimizer))
 
+    # Validation and the restore succeeded: from here on the run may write.
+    model_dir.mkdir(parents=True, exist_ok=True)
+    if is_chief:
+        _write_text_atomically(model_dir / "recipe.json", recipe.to_json())
     writer = (tf.summary.create_file_writer(str(model_dir / "logs" / "train")) if is_chief
               else tf.summary.create_noop_writer())
     callbacks = [StepLogger(recipe.batch_size, writer)]
@@ -273,7 +314,9 @@ def main(argv):
     logging.info("Recipe %s on %s (%d replicas):\n%s", _RECIPE.value, kind,
                  strategy.num_replicas_in_sync, recipe.to_json())
     try:
-        _, metrics = train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value)
+        _, metrics = train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value, _SKIP_BAD_IMAGES.value)
+    except InvalidRun as error:
+        raise app.UsageError(str(error)) from error
     except FloatingPointError as error:
         logging.error("%s", error)
         return 1

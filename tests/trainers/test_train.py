@@ -195,10 +195,14 @@ def test_two_processes_writing_one_file_do_not_collide(tmp_path):
     ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of <auto|tpu|gpu|multi_worker|cpu>"),
     ("--recipe=imagenet", "flag --recipe=imagenet: value should be one of"),
     ("--batch_size=0", "received batch_size=0"),
+    ("--learning_rate=nan", "`learning_rate` must be in (0, inf); received learning_rate=nan"),
+    ("--eval_crop_fraction=0", "`eval_crop_fraction` must be in (0, 1]; received eval_crop_fraction=0.0"),
 ])
 def test_bad_flags_are_rejected_with_a_message(tmp_path, flag, message):
+    (tmp_path / "notes.txt").write_text("kept")
     result = run(["trainers.train", f"--model_dir={tmp_path}", flag])
     assert result.returncode != 0 and message in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]  # nothing written
 
 
 def test_model_dir_is_required():

@@ -1,0 +1,174 @@
+"""Every bad flag, field and datum stops a run before its first step, names the culprit,
+and leaves --model_dir byte for byte as it was. Nothing here trains."""
+
+import hashlib
+import json
+import pathlib
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainers import data, recipes, train
+
+TINY = recipes.RECIPES["digits"].replace(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16,
+                                         train_steps=4, checkpoint_every=2, steps_per_execution=1)
+ONE_DEVICE = tf.distribute.get_strategy()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tfds")
+    data.load("keras_vit_digits", "train", str(path))  # prepared once for the module
+    return str(path)
+
+
+def tree_hash(root):
+    """Names, sizes and bytes of everything under `root` (absent: a fixed value)."""
+    digest = hashlib.sha256()
+    for path in sorted(pathlib.Path(root).rglob("*")) if pathlib.Path(root).exists() else []:
+        digest.update(str(path.relative_to(root)).encode())
+        if path.is_file():
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    """An existing run directory with a file of its own, which must come out untouched."""
+    path = tmp_path / "run"
+    path.mkdir()
+    (path / "notes.txt").write_text("a previous run's notes")
+    return path
+
+
+def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
+    before = tree_hash(model_dir)
+    with pytest.raises(train.InvalidRun, match=match):
+        train.train(recipe, model_dir, strategy, "cpu", data_dir, **kwargs)
+    assert tree_hash(model_dir) == before, "the refused run changed --model_dir"
+
+
+@pytest.mark.parametrize("field, value, allowed", [
+    ("learning_rate", float("nan"), r"must be in \(0, inf\); received learning_rate=nan"),
+    ("learning_rate", float("inf"), r"received learning_rate=inf"),
+    ("learning_rate", 0.0, r"received learning_rate=0.0"),
+    ("shuffle_buffer", 0, r"`shuffle_buffer` must be in \[1, inf\); received shuffle_buffer=0"),
+    ("eval_crop_fraction", 0.0, r"`eval_crop_fraction` must be in \(0, 1\]; received eval_crop_fraction=0.0"),
+    ("eval_crop_fraction", 1.25, r"received eval_crop_fraction=1.25"),
+    ("dropout_rate", 1.0, r"`dropout_rate` must be in \[0, 1\); received dropout_rate=1.0"),
+    ("label_smoothing", -0.1, r"received label_smoothing=-0.1"),
+    ("weight_decay", float("nan"), r"received weight_decay=nan"),
+    ("warmup_steps", -1, r"received warmup_steps=-1"),
+    ("random_erasing", 2.0, r"`random_erasing` must be in \[0, 1\]"),
+    ("batch_size", 2.5, r"`batch_size` must be of type int; received batch_size=2.5"),
+    ("flip", 1, r"`flip` must be of type bool"),
+    ("schedule", "step", r"`schedule` must be one of"),
+    ("dataset", "csv:x", r"`dataset` must be one of .*received dataset='csv:x'"),
+    ("variant", "Q/3", r"`variant` must look like .*received variant='Q/3'"),
+    ("dataset", "tfrecord:/nowhere/*", r"set `num_classes` >= 1"),
+    ("num_classes", 7, r"`num_classes` must match the 10 classes .*received num_classes=7"),
+    ("eval_split", "validation", r"split 'validation' is not one of the splits .*\['test', 'train'\]"),
+    ("batch_size", 4096, r"`batch_size` must be <= the 1437 training examples"),
+    ("patch_size", 3, r"divisible"),
+])
+def test_a_bad_field_stops_the_run_and_writes_nothing(model_dir, data_dir, field, value, allowed):
+    refused(TINY.replace(**{field: value}), model_dir, data_dir, allowed)
+
+
+def test_a_bad_value_in_a_new_directory_does_not_create_it(tmp_path, data_dir):
+    refused(TINY.replace(learning_rate=-1.0), tmp_path / "new", data_dir, "learning_rate")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_batch_the_replicas_do_not_divide_is_refused_before_the_data(model_dir):
+    three = types.SimpleNamespace(num_replicas_in_sync=3)  # the check precedes any use of the strategy
+    refused(TINY.replace(batch_size=16), model_dir, "/nonexistent", r"`batch_size` must be a multiple of the 3 "
+            r"replicas in sync; received batch_size=16 \(nearest: 15\)", strategy=three)
+    recipes.check_replicas(TINY.replace(batch_size=18), 3)
+
+
+def test_another_recipes_directory_keeps_its_record(model_dir, data_dir):
+    (model_dir / "recipe.json").write_text(TINY.replace(seed=7).to_json())
+    refused(TINY, model_dir, data_dir, "holds a run of another recipe")
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_recipe_json_is_written(model_dir, data_dir):
+    """The restore is validated before the run writes its record (it used to overwrite it first)."""
+    other = tf.Variable(tf.zeros([3, 3]))
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=[other]), str(model_dir / "checkpoints"), 1).save()
+    refused(TINY, model_dir, data_dir, r"ckpt-1 does not restore into this recipe's model")
+    assert not (model_dir / "recipe.json").exists()
+
+
+def test_model_dir_that_is_a_file(tmp_path, data_dir):
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(train.InvalidRun, match="--model_dir must be a directory"):
+        train.train(TINY, path, ONE_DEVICE, "cpu", data_dir)
+    assert path.read_text() == "x"
+
+
+def _write_tfrecord(path, labels):
+    pixels = tf.io.encode_png(np.zeros((4, 4, 3), np.uint8)).numpy()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for label in labels:
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels])),
+                "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+            })).SerializeToString())
+
+
+def test_one_based_tfrecord_labels_are_named_by_file_and_record(tmp_path, model_dir):
+    for split in ("train", "test"):
+        _write_tfrecord(tmp_path / f"{split}-0.tfrecord", [1, 2, 3, 3, 2, 1])  # 1-based, 3 classes
+    recipe = TINY.replace(dataset=f"tfrecord:{tmp_path}/{{split}}-*.tfrecord", num_classes=3, batch_size=2)
+    refused(recipe, model_dir, None, r"Record 2 of .*train-0.tfrecord has label 3: labels must be in \[0, 3\)")
+
+
+def test_labels_are_checked_as_they_stream():
+    """The second line of defence, for data that changes after the scan: position and label named."""
+    ds = tf.data.Dataset.from_tensor_slices((tf.zeros([4, 2, 2, 1], tf.uint8), tf.constant([0, 1, 5, 1], tf.int64)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[Label\] \[5\] \[of record\] \[2\] \[is outside \[0, 3\)"):
+        list(data.check_labels(ds, 3).as_numpy_iterator())
+    assert [int(y) for _, y in data.check_labels(ds.take(2), 3)] == [0, 1]
+
+
+def _image_folder(root):
+    """train/ and test/ with two classes of three good images each, plus bad files in train/."""
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for label in ("cat", "dog"):
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(3):
+                pixels = rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)
+                (folder / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
+    bad = {root / "train" / "cat" / "empty.jpg": b"",
+           root / "train" / "dog" / "page.jpg": b"<html>404 Not Found</html>",
+           root / "train" / "dog" / "cut.png": b"\x89PNG\r\n\x1a\n\x00"}
+    for path, content in bad.items():
+        path.write_bytes(content)
+    return bad
+
+
+def test_undecodable_folder_images_are_listed_by_path(tmp_path, model_dir):
+    bad = _image_folder(tmp_path / "images")
+    recipe = TINY.replace(dataset=f"folder:{tmp_path / 'images'}", batch_size=2)
+    before = tree_hash(model_dir)
+    with pytest.raises(train.InvalidRun, match=r"(?s)3 of the images of split 'train'.*--skip_bad_images") as error:
+        train.train(recipe, model_dir, ONE_DEVICE, "cpu")
+    for path in bad:
+        assert str(path) in str(error.value)
+    assert "empty (0 bytes)" in str(error.value) and "not a JPEG or PNG" in str(error.value)
+    assert "truncated (9 bytes)" in str(error.value) and tree_hash(model_dir) == before
+
+
+def test_skip_bad_images_goes_on_without_them(tmp_path):
+    _image_folder(tmp_path)
+    source = data.load(f"folder:{tmp_path}", "train", skip_bad_images=True)
+    assert (source.num_examples, source.skipped, source.num_classes) == (6, 3, 2)
+    examples = list(source.dataset.as_numpy_iterator())
+    assert len(examples) == 6 and all(image.shape == (12, 10, 3) for image, _ in examples)
+    assert sorted(int(label) for _, label in examples) == [0, 0, 0, 1, 1, 1]

@@ -1,0 +1,54 @@
+"""A cheap check of a folder of images before training: sizes and header bytes, no decoding.
+
+One empty or corrupt file would otherwise stop a run at whatever step first
+reads it, with a decode error that does not name the file. Reading the first
+bytes of each file finds empty, truncated-to-nothing and non-image files (an
+HTML error page saved as .jpg, say) in seconds even for large folders.
+"""
+
+import os
+
+# The formats tfds' ImageFolder lists (.jpg, .jpeg, .png), by their magic bytes
+# rather than their extension: TF's decoder goes by content too.
+MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
+EXTENSIONS = (".jpg", ".jpeg", ".png")
+# A PNG's signature plus its IHDR chunk; the smallest valid JPEG is larger still.
+MIN_BYTES = 33
+
+
+def image_paths(root, split):
+    """The files tfds' ImageFolder reads for `split`: root/split/<label>/*.{jpg,jpeg,png}."""
+    split_dir = os.path.join(root, split)
+    for label in sorted(os.listdir(split_dir)):
+        label_dir = os.path.join(split_dir, label)
+        if os.path.isdir(label_dir):
+            for name in sorted(os.listdir(label_dir)):
+                if name.lower().endswith(EXTENSIONS):
+                    yield os.path.join(label_dir, name)
+
+
+def problem(path):
+    """Why `path` cannot be a decodable image, or None when its size and header look right."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            header = f.read(8)
+    except OSError as error:
+        return f"unreadable ({error.strerror})"
+    if size == 0:
+        return "empty (0 bytes)"
+    if not any(header.startswith(magic) for magic in MAGIC):
+        return f"not a JPEG or PNG (starts with {header[:4]!r})"
+    if size < MIN_BYTES:
+        return f"truncated ({size} bytes)"
+    return None
+
+
+def scan(root, split):
+    """`{path: reason}` for every file of `split` that is not a readable JPEG or PNG."""
+    found = {}
+    for path in image_paths(root, split):
+        reason = problem(path)
+        if reason:
+            found[path] = reason
+    return found
