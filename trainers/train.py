@@ -25,6 +25,8 @@ from absl import app, flags, logging  # noqa: E402
 
 import keras_vit  # noqa: E402
 from trainers import data, optimization, recipes  # noqa: E402
+from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
+from trainers.progress import RunProgress  # noqa: E402
 from trainers.strategy import STRATEGIES, make_strategy  # noqa: E402
 
 _RECIPE = flags.DEFINE_enum("recipe", "digits", list(recipes.RECIPES), "Named recipe to start from.")
@@ -34,6 +36,8 @@ _STRATEGY = flags.DEFINE_enum("strategy", "auto", list(STRATEGIES), "tf.distribu
 _TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
 _SKIP_BAD_IMAGES = flags.DEFINE_bool(
     "skip_bad_images", False, "Train without the folder images the pre-flight scan finds undecodable.")
+_EVAL_EVERY = flags.DEFINE_integer(
+    "eval_every", None, "Steps between evaluations (default: at every checkpoint; 0: at the end only).")
 _DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Enable TF op determinism (reproducible on CPU).")
 
 
@@ -52,6 +56,17 @@ def _define_recipe_flags():
 
 
 _define_recipe_flags()
+
+
+def quiet_logs(verbosity_given):
+    """Keeps INFO lines of absl, TFDS and TF's Python side out of the run's output unless --verbosity asks."""
+    if verbosity_given:
+        return
+    import tensorflow_datasets as tfds
+
+    logging.set_verbosity(logging.WARNING)
+    tf.get_logger().setLevel("ERROR")
+    tfds.disable_progress_bar()
 
 
 def resolve_recipe(name, overrides):
@@ -204,16 +219,21 @@ def _load_sources(recipe, data_dir, skip_bad_images):
     return train_source, eval_source
 
 
-def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_images=False):
+def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_images=False, eval_every=None):
     """Trains `recipe` in `model_dir` under `strategy`; returns `(model, metrics)`.
 
     Everything that can be wrong with the recipe, the data or the model
     directory raises InvalidRun before the first step and before anything is
-    written to `model_dir`.
+    written to `model_dir`. `eval_every` steps (default: at every checkpoint;
+    0: at the end only) it evaluates and keeps the best checkpoint in
+    `model_dir/best` beside the last ones in `model_dir/checkpoints`.
     """
     model_dir = pathlib.Path(model_dir)
+    eval_every = recipe.checkpoint_every if eval_every is None else eval_every
     try:
         recipes.validate(recipe)
+        if not isinstance(eval_every, int) or eval_every < 0:
+            raise ValueError(f"--eval_every must be an int >= 0 (0: at the end only); received eval_every={eval_every!r}")
         recipes.check_replicas(recipe, strategy.num_replicas_in_sync)
         _check_model_dir(model_dir, recipe)
         train_source, eval_source = _load_sources(recipe, data_dir, skip_bad_images)
@@ -258,39 +278,49 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     is_chief = _is_chief(strategy)
     directory = model_dir / "checkpoints" if is_chief else model_dir / f"checkpoints_{strategy.cluster_resolver.task_id}"
     manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=2)
-    if manager.latest_checkpoint:
+    resumed_from = manager.latest_checkpoint
+    if resumed_from:
         try:
             checkpoint.restore(manager.latest_checkpoint).assert_consumed()
         except (AssertionError, ValueError, tf.errors.OpError) as error:
             raise InvalidRun(f"{manager.latest_checkpoint} does not restore into this recipe's model: {error}") from error
-        logging.info("Resumed from %s at step %d", manager.latest_checkpoint, current_step(optimizer))
 
     # Validation and the restore succeeded: from here on the run may write.
     model_dir.mkdir(parents=True, exist_ok=True)
     if is_chief:
         _write_text_atomically(model_dir / "recipe.json", recipe.to_json())
+    progress = RunProgress(recipe.train_steps, recipe.batch_size)
+    if resumed_from:
+        progress.message(f"Resumed from {resumed_from} at step {current_step(optimizer)}")
     writer = (tf.summary.create_file_writer(str(model_dir / "logs" / "train")) if is_chief
               else tf.summary.create_noop_writer())
-    callbacks = [StepLogger(recipe.batch_size, writer)]
+    callbacks = [StepLogger(recipe.batch_size, writer), progress]
     if is_chief:
         callbacks.append(keras.callbacks.TensorBoard(str(model_dir / "logs"), update_freq="epoch"))
-    verbose = "auto" if sys.stdout.isatty() else 2
+    best = BestCheckpoint(checkpoint, model_dir, strategy, is_chief)
+    evaluate = Evaluation(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), model_dir, is_chief)
     step = current_step(optimizer)
     while step < recipe.train_steps:
-        steps = min(recipe.checkpoint_every, recipe.train_steps - step)
-        stream = data.train_dataset(recipe, train_source, recipe.batch_size, step, steps)
-        chunk = step // recipe.checkpoint_every
-        model.fit(stream, steps_per_epoch=steps, initial_epoch=chunk, epochs=chunk + 1,
-                  callbacks=callbacks, verbose=verbose)
+        stop = next_stop(step, recipe, eval_every)
+        stream = data.train_dataset(recipe, train_source, recipe.batch_size, step, stop - step)
+        # One Keras "epoch" per chunk, numbered by its first step, so TensorBoard's x axis is the step.
+        model.fit(stream, steps_per_epoch=stop - step, initial_epoch=step, epochs=step + 1,
+                  callbacks=callbacks, verbose=0, shuffle=False)
         step = current_step(optimizer)
-        manager.save(checkpoint_number=step)
+        if step % recipe.checkpoint_every == 0 or step == recipe.train_steps:
+            manager.save(checkpoint_number=step)
+        if eval_every and step % eval_every == 0 and step < recipe.train_steps:
+            results = evaluate(step)
+            progress.message(best.consider(step, results))
+
+    results = evaluate(step)
+    progress.message(best.consider(step, results))
+    metrics = {"step": step, "eval_loss": results["loss"], "eval_top1": results["top1"],
+               "eval_top5": results["top5"], "eval_examples": eval_source.num_examples,
+               "best_step": best.record["step"], "best_top1": best.record["eval_top1"]}
     if not is_chief:
         tf.io.gfile.rmtree(str(directory))
-
-    eval_stream = data.eval_dataset(recipe, eval_source, recipe.batch_size)
-    results = model.evaluate(eval_stream, verbose=verbose, return_dict=True)
-    metrics = {"step": step, "eval_loss": results["loss"], "eval_top1": results["top1"],
-               "eval_top5": results["top5"], "eval_examples": eval_source.num_examples}
+        best.remove_scratch()
     if is_chief:
         _atomic_save_keras(model, model_dir / "model.keras")
         keras_vit.save_npz(model, model_dir / "model.npz")
@@ -301,6 +331,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    quiet_logs(flags.FLAGS["verbosity"].present)
     if not _MODEL_DIR.value:
         raise app.UsageError("--model_dir is required (where checkpoints and the final model go)")
     overrides = {name: flags.FLAGS[name].value for name in recipes.FIELDS if flags.FLAGS[name].value is not None}
@@ -314,7 +345,8 @@ def main(argv):
     logging.info("Recipe %s on %s (%d replicas):\n%s", _RECIPE.value, kind,
                  strategy.num_replicas_in_sync, recipe.to_json())
     try:
-        _, metrics = train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value, _SKIP_BAD_IMAGES.value)
+        _, metrics = train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value, _SKIP_BAD_IMAGES.value,
+                           _EVAL_EVERY.value)
     except InvalidRun as error:
         raise app.UsageError(str(error)) from error
     except FloatingPointError as error:

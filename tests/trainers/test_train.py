@@ -4,6 +4,7 @@ is a tiny digits ViT."""
 
 import json
 import os
+import re
 import pathlib
 import signal
 import socket
@@ -39,23 +40,61 @@ def final_weights(model_dir):
         return {k: f[k] for k in f.files}
 
 
+def event_scalars(folder):
+    """{tag: [(step, value)]} of the TensorBoard event files under `folder`."""
+    import tensorflow as tf
+
+    scalars = {}
+    for path in sorted(pathlib.Path(folder).glob("events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, float(tf.make_ndarray(value.tensor))))
+    return scalars
+
+
 @pytest.mark.slow
 def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
     result = run(trainer(tmp_path, data_dir, "--train_steps=300", "--checkpoint_every=100", "--hidden_size=64",
-                         "--mlp_dim=128", "--num_heads=4"))
+                         "--mlp_dim=128", "--num_heads=4", "--eval_every=150"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "test top-1" in result.stdout and (tmp_path / "model.keras").exists()
-    losses = [float(line.split("loss: ")[1].split()[0]) for line in result.stdout.splitlines()
-              if line.startswith("100/100")]
-    assert len(losses) == 3 and losses[-1] < losses[0]
+    # One bar for the whole run (a line per 5% in a log), not Keras' per-chunk epochs.
+    bar = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    # The first execution, then every 15 steps (5% of 300).
+    assert [line.split()[1] for line in bar] == ["5/300", *(f"{s}/300" for s in range(15, 301, 15))]
+    assert "Epoch" not in result.stdout and bar[-1].startswith("step 300/300 [")
+    assert all(" img/s  ETA " in line and "  lr " in line for line in bar)
+    losses = [float(line.split("loss ")[1].split()[0]) for line in bar]
+    assert losses[-1] < losses[0]
+    evals = [line for line in result.stdout.splitlines() if line.startswith("eval at step")]
+    assert [int(line.split()[3].rstrip(":")) for line in evals] == [150, 300]
+    # Quiet by default: no absl INFO or WARNING lines from Python, no Keras UserWarning.
+    assert not re.search(r"^[IW]\d{4} .*\.py:\d+\]", result.stderr, re.M), result.stderr[-3000:]
+    assert "Warning" not in result.stderr, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["step"] == 300 and metrics["eval_examples"] == 360 and metrics["eval_top1"] > 0.2  # chance: 0.1
     assert json.loads((tmp_path / "recipe.json").read_text())["train_steps"] == 300
     assert list((tmp_path / "logs").rglob("events.out.tfevents.*"))  # TensorBoard
+    top1 = event_scalars(tmp_path / "logs" / "eval")["top1"]
+    assert [step for step, _ in top1] == [150, 300] and np.isclose(top1[-1][1], metrics["eval_top1"])
+    # The best evaluation's checkpoint is kept beside the last ones.
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["eval_top1"] == max(value for _, value in top1) and best["step"] in (150, 300)
+    assert (tmp_path / "best" / f"ckpt-{best['step']}.index").exists()
+    assert (tmp_path / "checkpoints" / "ckpt-300.index").exists()
     import keras_vit  # the .npz is the official format
     model = keras_vit.ViT(patch_size=2, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=1,
                           input_shape=(8, 8, 1), classes=10, classifier="gap")
     keras_vit.load_npz(model, tmp_path / "model.npz")
+
+
+@pytest.mark.parametrize("verbosity, shown", [([], False), (["--verbosity=0"], True)])
+def test_info_lines_only_with_verbosity(tmp_path, verbosity, shown):
+    """The recipe is logged at INFO before the bad --eval_every stops the run."""
+    result = run(["trainers.train", f"--model_dir={tmp_path}", "--eval_every=-1", *verbosity])
+    assert result.returncode != 0 and "--eval_every must be an int >= 0" in result.stderr
+    assert "received eval_every=-1" in result.stderr
+    assert ("Recipe digits on cpu" in result.stderr) == shown
 
 
 @pytest.mark.slow
@@ -77,7 +116,7 @@ def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_d
 
     resumed = run(trainer(killed_dir, data_dir, *flags))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resumed from" in resumed.stderr
+    assert "Resumed from" in resumed.stdout
     a, b = final_weights(tmp_path / "whole"), final_weights(killed_dir)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)

@@ -1,0 +1,68 @@
+"""Evaluation during training: when to stop for it, top-1/top-5 to TensorBoard, and the best checkpoint.
+
+The best checkpoint (highest evaluation top-1) lives in `model_dir/best`
+beside the last ones in `model_dir/checkpoints`; `model_dir/best.json`
+records its step and metrics, so a resumed run keeps comparing against it.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+
+def next_stop(step, recipe, eval_every):
+    """The next step at which the loop checkpoints, evaluates or ends (a pure function of `step`)."""
+    stops = [recipe.train_steps, (step // recipe.checkpoint_every + 1) * recipe.checkpoint_every]
+    if eval_every:
+        stops.append((step // eval_every + 1) * eval_every)
+    return min(stops)
+
+
+class Evaluation:
+    """Evaluates on the evaluation split and writes top-1, top-5 and loss to `logs/eval`."""
+
+    def __init__(self, model, dataset, model_dir, is_chief):
+        self.model, self.dataset = model, dataset
+        self.writer = (tf.summary.create_file_writer(str(model_dir / "logs" / "eval")) if is_chief
+                       else tf.summary.create_noop_writer())
+
+    def __call__(self, step):
+        results = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
+        with self.writer.as_default(step=step):
+            for name in ("top1", "top5", "loss"):
+                tf.summary.scalar(name, results[name])
+        self.writer.flush()
+        return results
+
+
+class BestCheckpoint:
+    """Saves `checkpoint` to `model_dir/best` whenever the evaluation top-1 beats the best so far."""
+
+    def __init__(self, checkpoint, model_dir, strategy, is_chief):
+        # Every worker takes part in a save; only the chief's lands in model_dir/best.
+        name = "best" if is_chief else f"best_{strategy.cluster_resolver.task_id}"
+        self.directory = model_dir / name
+        self.manager = tf.train.CheckpointManager(checkpoint, str(self.directory), max_to_keep=1)
+        self.record_path = model_dir / "best.json"
+        self.is_chief = is_chief
+        self.record = (json.loads(self.record_path.read_text()) if self.record_path.exists()
+                       else {"step": None, "eval_top1": -1.0})
+
+    def consider(self, step, results):
+        """Keeps the checkpoint when `results` is the best yet; returns a line for the log."""
+        line = (f"eval at step {step}: top-1 {results['top1']:.4f}  top-5 {results['top5']:.4f}  "
+                f"loss {results['loss']:.4f}")
+        if results["top1"] <= self.record["eval_top1"]:
+            return f"{line}  (best: {self.record['eval_top1']:.4f} at step {self.record['step']})"
+        self.manager.save(checkpoint_number=step)
+        self.record = {"step": step, "eval_top1": results["top1"], "eval_top5": results["top5"],
+                       "eval_loss": results["loss"], "checkpoint": os.path.basename(self.manager.latest_checkpoint)}
+        if self.is_chief:
+            tmp = self.record_path.with_name(f"best.json.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(self.record, indent=2))
+            os.replace(tmp, self.record_path)
+        return f"{line}  (new best, saved to {self.directory.name}/)"
+
+    def remove_scratch(self):
+        tf.io.gfile.rmtree(str(self.directory))
