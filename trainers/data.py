@@ -78,7 +78,12 @@ def _check_split(split, splits, dataset):
 def _load_tfds(name, split, data_dir):
     import tensorflow_datasets as tfds
 
-    builder = tfds.builder(name, data_dir=data_dir)
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError as error:
+        # TFDS' own message lists every dataset it knows: pages; the first line names the problem.
+        raise ValueError(f"`dataset` names no TFDS dataset: received dataset='tfds:{name}' "
+                         f"({str(error).splitlines()[0]} `tfds.list_builders()` lists them)") from None
     if builder.info.splits:  # known before any download for registered datasets
         _check_split(split, builder.info.splits, name)
     builder.download_and_prepare()

@@ -66,6 +66,7 @@ def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
     ("flip", 1, r"`flip` must be of type bool"),
     ("schedule", "step", r"`schedule` must be one of"),
     ("dataset", "csv:x", r"`dataset` must be one of .*received dataset='csv:x'"),
+    ("dataset", "tfds:no_such_dataset", r"names no TFDS dataset: received dataset='tfds:no_such_dataset'"),
     ("variant", "Q/3", r"`variant` must look like .*received variant='Q/3'"),
     ("dataset", "tfrecord:/nowhere/*", r"set `num_classes` >= 1"),
     ("num_classes", 7, r"`num_classes` must match the 10 classes .*received num_classes=7"),
@@ -165,9 +166,12 @@ def test_undecodable_folder_images_are_listed_by_path(tmp_path, model_dir):
     assert "truncated (9 bytes)" in str(error.value) and tree_hash(model_dir) == before
 
 
-def test_skip_bad_images_goes_on_without_them(tmp_path):
+def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):
     _image_folder(tmp_path)
-    source = data.load(f"folder:{tmp_path}", "train", skip_bad_images=True)
+    recipe = TINY.replace(dataset=f"folder:{tmp_path}", batch_size=2)
+    with caplog.at_level("WARNING"):
+        source, _ = train._load_sources(recipe, None, skip_bad_images=True)
+    assert "Skipped 3 undecodable images of split 'train' (--skip_bad_images)" in caplog.text
     assert (source.num_examples, source.skipped, source.num_classes) == (6, 3, 2)
     examples = list(source.dataset.as_numpy_iterator())
     assert len(examples) == 6 and all(image.shape == (12, 10, 3) for image, _ in examples)
