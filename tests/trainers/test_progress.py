@@ -40,3 +40,20 @@ def test_one_bar_over_several_fits_counts_the_global_step():
     # The first step (it shows the run has started), then every 2 steps (5% of 40).
     assert [line.split()[1] for line in lines] == [f"{step}/40" for step in [1, *range(2, 41, 2)]]
     assert "Epoch" not in out.getvalue() and "lr 1.00e-02" in lines[-1]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_on_a_terminal_the_line_is_redrawn_in_place():
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    out = _Terminal()
+    x, y = np.ones((40, 2), "float32"), np.ones((40, 1), "float32")
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False, callbacks=[RunProgress(10, 4, stream=out)])
+    text = out.getvalue()
+    assert text.count("\r") == 10 and text.count("\n") == 1  # one line, redrawn per step, ended once
+    last = text.split("\r")[-1]
+    assert last.startswith("step 10/10 [" + "=" * 24 + "] 100.0%") and last.endswith("\n")
