@@ -201,6 +201,8 @@ def describe(tensor_infos):
     import tensorflow as tf
 
     def text(info):
+        if info.tensor_shape.unknown_rank:
+            return f"{tf.dtypes.as_dtype(info.dtype).name}(any shape)"
         dims = tuple(None if d.size < 0 else d.size for d in info.tensor_shape.dim)
         return f"{tf.dtypes.as_dtype(info.dtype).name}{dims}"
 

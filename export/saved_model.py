@@ -73,26 +73,56 @@ class ServingFunctions:
     def _classifier(self):
         p = self.preprocessing
         fixed = self.model.input_shape[1:3]
-        images = tf.TensorSpec([None], tf.string, name="images")
-        pixels = tf.TensorSpec([None, None, None, p.channels], tf.uint8, name="pixels")
-        inputs = tf.TensorSpec([None, *fixed, p.channels], tf.float32, name="inputs")
         names = [layer.name for layer in self.model.layers]
         pooled = self.model.get_layer("pre_logits" if "pre_logits" in names else "pooling").output
         feature_model = keras.Model(self.model.input, pooled)
         return {
-            "serving_default": tf.function(lambda images: self._classify(self._images(images)),
-                                           input_signature=[images]),
-            "predict_pixels": tf.function(lambda pixels: self._classify(prep.pixels_to_inputs(pixels, p)),
-                                          input_signature=[pixels]),
-            "predict_float": tf.function(self._classify, input_signature=[inputs]),
-            "embeddings": tf.function(lambda images: {"embeddings": _call(feature_model, self._images(images))},
-                                      input_signature=[images]),
+            "serving_default": _signature(lambda images: self._classify(self._images(images)),
+                                          "images", tf.string, [None]),
+            "predict_pixels": _signature(lambda pixels: self._classify(prep.pixels_to_inputs(pixels, p)),
+                                         "pixels", tf.uint8, [None, None, None, p.channels]),
+            "predict_float": _signature(self._classify, "inputs", tf.float32, [None, *fixed, p.channels]),
+            "embeddings": _signature(lambda images: {"embeddings": _call(feature_model, self._images(images))},
+                                     "images", tf.string, [None]),
         }
 
     def _features(self):
-        images = tf.TensorSpec([None], tf.string, name="images")
-        return {"features": tf.function(lambda images: {"features": _call(self.model, self._images(images))},
-                                        input_signature=[images])}
+        return {"features": _signature(lambda images: {"features": _call(self.model, self._images(images))},
+                                       "images", tf.string, [None])}
+
+
+def _signature(fn, name, dtype, shape):
+    """tf.function of `fn` on one input `name`, whose rank and fixed sizes are checked when it runs.
+
+    The signature declares any shape: TF Serving's Session::Run does not check
+    a request against the declared shape, and a declared one lets the graph
+    optimiser fold a check of it away, so a request of the wrong rank would
+    reach the convolution and abort the server instead of being refused.
+    """
+    def checked(value):
+        return fn(_expect(value, shape, name))
+
+    function = tf.function(checked, input_signature=[tf.TensorSpec(None, dtype, name=name)])
+    function.expected_shape = {name: shape}
+    return function
+
+
+def _expect(value, shape, name):
+    """`value`, after a run-time check that it has `shape` (None: any size), with that static shape."""
+    wanted = "[" + ", ".join("N" if i == 0 and d is None else "any" if d is None else str(d)
+                             for i, d in enumerate(shape)) + "]"
+    rank = len(shape)
+    # Padded so that reading the sizes cannot fail before the check has run.
+    sizes = tf.concat([tf.shape(value), tf.zeros([rank], tf.int32)], 0)[:rank]
+    fixed = [i for i, size in enumerate(shape) if size is not None]
+    right = tf.logical_and(tf.equal(tf.rank(value), rank), tf.reduce_all(tf.equal(
+        tf.gather(sizes, tf.constant(fixed, tf.int32)), tf.constant([shape[i] for i in fixed], tf.int32))))
+    check = tf.debugging.Assert(right, [f"{name} must have shape {wanted}; received shape", tf.shape(value)],
+                                summarize=8)
+    with tf.control_dependencies([check]):
+        value = tf.identity(value)
+    value.set_shape(shape)
+    return value
 
 
 def _call(model, inputs):
@@ -215,7 +245,8 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
         extra = staging / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP, name, requests)
-        info = {"preprocessing": dataclasses.asdict(preprocessing), "signatures": sorted(functions.functions),
+        info = {"preprocessing": dataclasses.asdict(preprocessing),
+                "signatures": {name: fn.expected_shape for name, fn in functions.functions.items()},
                 "classes": model.output_shape[-1] if is_classifier(model) else None,
                 "top_k": top_k if is_classifier(model) else None, "labels": labels is not None, **(metadata or {})}
         (extra / METADATA).write_text(json.dumps(info, indent=2))

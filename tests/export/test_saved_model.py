@@ -85,17 +85,39 @@ def test_tf_serving_layout_versions_and_overwrite(model, exported):
     assert sorted(p.name for p in (base / "vit").iterdir()) == ["1", "2"]
 
 
-def test_signatures_as_the_cpp_loader_sees_them(served):
+def test_signatures_as_the_cpp_loader_sees_them(served, exported):
     signatures = {name: (capi.describe(s.inputs), capi.describe(s.outputs))
                   for name, s in served.signatures.items() if not name.startswith("__")}
     classified = {"probabilities": "float32(None, 3)", "top_k_classes": "int32(None, 2)",
                   "top_k_scores": "float32(None, 2)", "top_k_labels": "string(None, 2)"}
+    # Inputs declare any shape and check theirs when they run (saved_model._signature says why).
     assert signatures == {
-        "serving_default": ({"images": "string(None,)"}, classified),
-        "predict_pixels": ({"pixels": "uint8(None, None, None, 3)"}, classified),
-        "predict_float": ({"inputs": "float32(None, 16, 16, 3)"}, classified),
-        "embeddings": ({"images": "string(None,)"}, {"embeddings": "float32(None, 32)"}),
+        "serving_default": ({"images": "string(any shape)"}, classified),
+        "predict_pixels": ({"pixels": "uint8(any shape)"}, classified),
+        "predict_float": ({"inputs": "float32(any shape)"}, classified),
+        "embeddings": ({"images": "string(any shape)"}, {"embeddings": "float32(None, 32)"}),
     }
+    meta = json.loads((exported / "assets.extra" / saved_model.METADATA).read_text())
+    assert meta["signatures"] == {"serving_default": {"images": [None]},
+                                  "predict_pixels": {"pixels": [None, None, None, 3]},
+                                  "predict_float": {"inputs": [None, 16, 16, 3]},
+                                  "embeddings": {"images": [None]}}
+
+
+@pytest.mark.parametrize("signature, value, message", [
+    ("predict_float", np.zeros((16, 16, 3), np.float32), r"inputs must have shape \[N, 16, 16, 3\]; "
+                                                         r"received shape\] \[16 16 3\]"),
+    ("predict_float", np.zeros((1, 32, 32, 3), np.float32), r"inputs must have shape \[N, 16, 16, 3\]"),
+    ("predict_pixels", np.zeros((1, 5, 5, 4), np.uint8), r"pixels must have shape \[N, any, any, 3\]"),
+    ("predict_pixels", np.zeros((5, 5, 3), np.uint8), r"pixels must have shape \[N, any, any, 3\]"),
+    ("serving_default", np.array([[b"x"]], object), r"images must have shape \[N\]; received shape\] \[1 1\]"),
+])
+def test_a_request_of_the_wrong_shape_is_an_invalid_argument_not_a_crash(served, signature, value, message):
+    """A rank-3 float request used to abort the server process (a CHECK in the convolution)."""
+    name = list(served.signatures[signature].inputs)[0]
+    with pytest.raises(capi.TFError, match=message) as error:
+        served.run(signature, **{name: value})
+    assert error.value.code == 3
 
 
 def test_cpp_loader_gives_the_keras_probabilities_and_labels(model, served):
@@ -290,7 +312,7 @@ def test_metadata_and_inspect(exported):
     meta = json.loads((exported / "assets.extra" / saved_model.METADATA).read_text())
     assert meta["preprocessing"]["image_size"] == [16, 16] and meta["preprocessing"]["input_range"] == [-1.0, 1.0]
     text = saved_model.inspect(exported)
-    assert "signature serving_default: inputs {'images': 'string(None,)'}" in text and '"classes": 3' in text
+    assert "signature serving_default: inputs {'images': 'string(any shape)'}" in text and '"classes": 3' in text
 
 
 def test_loading_an_npz_with_its_variant(tmp_path):
