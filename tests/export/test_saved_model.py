@@ -207,6 +207,12 @@ def test_an_image_declaring_too_many_pixels_is_refused_from_its_header(model, tm
             with pytest.raises(capi.TFError, match=r"images element.*\b0\b.*declares.*\b630\b.*pixels.*\b600\b"):
                 session.run("serving_default", images=strings(image))
         assert session.run("serving_default", images=strings(encode(photo(20, 30), "PNG")))
+        # An animated GIF decodes every frame: 4 frames of 20 x 20 declare 1600 pixels.
+        frames = [Image.fromarray(photo(20, 20, seed=k) // 64 * 64) for k in range(4)]
+        buffer = io.BytesIO()
+        frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=100)
+        with pytest.raises(capi.TFError, match=r"images element.*\b0\b.*declares.*\b1600\b.*pixels"):
+            session.run("serving_default", images=strings(buffer.getvalue()))
     finally:
         session.close()
     meta = json.loads((path / "assets.extra" / saved_model.METADATA).read_text())
