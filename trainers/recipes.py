@@ -9,6 +9,7 @@ field; an unknown field is an error. The resolved recipe is saved as
 import dataclasses
 import json
 import math
+import os
 
 from keras_vit.model import CLASSIFIERS, POSITION_EMBEDDINGS
 from keras_vit.variants import decode_variant
@@ -270,6 +271,23 @@ def _check_architecture(recipe):
             f"num_heads={recipe.num_heads}, num_layers={recipe.num_layers}")
 
 
+def _check_pretrained(recipe):
+    """A weights file must exist; a weights name must be one the variant has (a table look-up, no download)."""
+    from keras_vit import pretrained
+
+    if not recipe.pretrained:
+        return
+    if recipe.pretrained.endswith((".npz", ".weights.h5")):
+        if "://" not in recipe.pretrained and not os.path.isfile(recipe.pretrained):
+            raise ValueError(f"`pretrained` must name an existing .npz or .weights.h5 file or the variant's "
+                             f"pretrained weights; received pretrained={recipe.pretrained!r}: no such file")
+    elif not recipe.variant:
+        raise ValueError(f"`pretrained` weights by name need a `variant`; received pretrained={recipe.pretrained!r}, "
+                         "variant=''")
+    else:
+        pretrained.resolve(recipe.variant, recipe.pretrained)  # raises listing the variant's names
+
+
 def validate(recipe):
     """Checks every field's type and domain; raises ValueError naming the field, what is allowed and what came.
 
@@ -290,6 +308,7 @@ def validate(recipe):
             f"received randaugment_magnitude_std={recipe.randaugment_magnitude_std}")
     _check_dataset(recipe)
     _check_architecture(recipe)
+    _check_pretrained(recipe)
     return recipe
 
 

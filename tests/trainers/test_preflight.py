@@ -67,6 +67,8 @@ def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
     ("schedule", "step", r"`schedule` must be one of"),
     ("dataset", "csv:x", r"`dataset` must be one of .*received dataset='csv:x'"),
     ("dataset", "tfds:no_such_dataset", r"names no TFDS dataset: received dataset='tfds:no_such_dataset'"),
+    ("pretrained", "/nowhere/w.npz", r"received pretrained='/nowhere/w.npz': no such file"),
+    ("pretrained", "imagenet21k", r"`pretrained` weights by name need a `variant`"),
     ("variant", "Q/3", r"`variant` must look like .*received variant='Q/3'"),
     ("dataset", "tfrecord:/nowhere/*", r"set `num_classes` >= 1"),
     ("num_classes", 7, r"`num_classes` must match the 10 classes .*received num_classes=7"),
@@ -76,6 +78,11 @@ def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
 ])
 def test_a_bad_field_stops_the_run_and_writes_nothing(model_dir, data_dir, field, value, allowed):
     refused(TINY.replace(**{field: value}), model_dir, data_dir, allowed)
+
+
+def test_an_unknown_weights_name_lists_the_variants_names(model_dir, data_dir):
+    refused(TINY.replace(variant="Ti/16", pretrained="imagenet99"), model_dir, data_dir,
+            r"No pretrained weights named 'imagenet99' for .*available:")
 
 
 def test_a_bad_value_in_a_new_directory_does_not_create_it(tmp_path, data_dir):
