@@ -168,6 +168,15 @@ def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
         np.testing.assert_allclose(outs["one"][key], outs["mirrored"][key], atol=2e-5, err_msg=key)
 
 
+def test_a_batch_two_replicas_do_not_divide_stops_before_the_data(tmp_path):
+    """Under a real MirroredStrategy (it used to crash in an AddN op after the data and model were built)."""
+    result = run(["tests.trainers.worker", str(tmp_path / "run"), str(tmp_path / "tfds"), "mirrored",
+                  str(tmp_path / "out.npz"), "15"])
+    assert result.returncode != 0
+    assert "`batch_size` must be a multiple of the 2 replicas in sync; received batch_size=15" in result.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "tfds").exists()  # before the data
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

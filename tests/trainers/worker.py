@@ -1,6 +1,6 @@
 """Runs a tiny digits training in its own process, for the distribution tests.
 
-    python -m tests.trainers.worker MODEL_DIR DATA_DIR {one|mirrored|multi_worker} OUT.npz
+    python -m tests.trainers.worker MODEL_DIR DATA_DIR {one|mirrored|multi_worker} OUT.npz [BATCH_SIZE]
 
 `mirrored` splits the CPU into two logical devices first (this must happen
 before TensorFlow starts, hence a process of its own); `multi_worker` reads
@@ -19,7 +19,7 @@ TINY = dict(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16
             checkpoint_every=10, steps_per_execution=5, warmup_steps=5)
 
 
-def main(model_dir, data_dir, mode, out):
+def main(model_dir, data_dir, mode, out, batch_size=TINY["batch_size"]):
     if mode == "mirrored":
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -29,7 +29,7 @@ def main(model_dir, data_dir, mode, out):
     else:
         strategy = tf.distribute.get_strategy()
     tf.config.experimental.enable_op_determinism()
-    recipe = train.resolve_recipe("digits", {**TINY, "jit_compile": False})
+    recipe = train.resolve_recipe("digits", {**TINY, "jit_compile": False, "batch_size": int(batch_size)})
     model, metrics = train.train(recipe, model_dir, strategy, "cpu", data_dir)
     np.savez(out, replicas=strategy.num_replicas_in_sync, top1=metrics["eval_top1"],
              **{f"w{i}": w for i, w in enumerate(model.get_weights())})
