@@ -177,6 +177,24 @@ def test_a_batch_two_replicas_do_not_divide_stops_before_the_data(tmp_path):
     assert not (tmp_path / "run").exists() and not (tmp_path / "tfds").exists()  # before the data
 
 
+@pytest.mark.slow
+def test_a_folder_with_bad_images_stops_or_trains_without_them(tmp_path):
+    from tests.trainers.test_preflight import _image_folder
+
+    bad = _image_folder(tmp_path / "images")
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    flags = [f"--model_dir={model_dir}", f"--dataset=folder:{tmp_path / 'images'}", "--batch_size=2",
+             "--train_steps=2", "--checkpoint_every=2", "--steps_per_execution=1", *TINY_FLAGS[:4]]
+    stopped = run(["trainers.train", *flags])
+    assert stopped.returncode != 0 and all(str(path) in stopped.stderr for path in bad)
+    assert "step " not in stopped.stdout and not list(model_dir.iterdir())  # no step, nothing written
+    skipped = run(["trainers.train", *flags, "--skip_bad_images"])
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    assert "Skipped 3 undecodable images of split 'train' (--skip_bad_images)" in skipped.stderr
+    assert "step 2/2" in skipped.stdout and (model_dir / "model.npz").exists()
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
