@@ -4,9 +4,11 @@ With no recipe it trains the embedded default (`digits`). Every field of
 `trainers.recipes.Recipe` is a flag. The run checkpoints every
 `checkpoint_every` steps into `model_dir/checkpoints` and, started again with
 the same command, resumes from the last checkpoint with its step, optimiser
-state, schedule and data order. At the end it evaluates, and writes
+state, schedule and data order. It evaluates every `--eval_every` steps
+(keeping the best checkpoint in `model_dir/best`) and at the end, and writes
 `model_dir/model.keras`, `model_dir/model.npz` (official format) and
-`model_dir/metrics.json`.
+`model_dir/metrics.json`. Every flag, the data and `model_dir` are checked
+first (`validate_run`): a bad one stops the run before anything is written.
 """
 
 import dataclasses
@@ -219,6 +221,23 @@ def _load_sources(recipe, data_dir, skip_bad_images):
     return train_source, eval_source
 
 
+def validate_run(recipe, model_dir, strategy, data_dir, skip_bad_images, eval_every):
+    """Every check that needs no model, cheapest first; returns the opened (train, eval) sources.
+
+    Raises InvalidRun naming the flag, the value and what is allowed. Reads
+    only: model_dir is neither created nor written.
+    """
+    try:
+        recipes.validate(recipe)
+        if not isinstance(eval_every, int) or eval_every < 0:
+            raise ValueError(f"--eval_every must be an int >= 0 (0: at the end only); received eval_every={eval_every!r}")
+        recipes.check_replicas(recipe, strategy.num_replicas_in_sync)
+        _check_model_dir(model_dir, recipe)
+        return _load_sources(recipe, data_dir, skip_bad_images)
+    except ValueError as error:
+        raise InvalidRun(str(error)) from error
+
+
 def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_images=False, eval_every=None):
     """Trains `recipe` in `model_dir` under `strategy`; returns `(model, metrics)`.
 
@@ -230,15 +249,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     """
     model_dir = pathlib.Path(model_dir)
     eval_every = recipe.checkpoint_every if eval_every is None else eval_every
-    try:
-        recipes.validate(recipe)
-        if not isinstance(eval_every, int) or eval_every < 0:
-            raise ValueError(f"--eval_every must be an int >= 0 (0: at the end only); received eval_every={eval_every!r}")
-        recipes.check_replicas(recipe, strategy.num_replicas_in_sync)
-        _check_model_dir(model_dir, recipe)
-        train_source, eval_source = _load_sources(recipe, data_dir, skip_bad_images)
-    except ValueError as error:
-        raise InvalidRun(str(error)) from error
+    train_source, eval_source = validate_run(recipe, model_dir, strategy, data_dir, skip_bad_images, eval_every)
 
     policy = recipe.mixed_precision
     if policy == "auto":
