@@ -52,9 +52,11 @@ class DropPath(keras.layers.Layer):
             )
         if not training or (isinstance(rate, (int, float)) and not rate):
             return inputs
-        keep = 1.0 - rate
+        # The mask in float32 whatever the compute dtype: a per-call rate comes
+        # in the activations' dtype (bfloat16 under mixed precision).
+        keep = 1.0 - ops.cast(rate, "float32")
         shape = (ops.shape(inputs)[0],) + (1,) * (len(inputs.shape) - 1)
-        mask = ops.floor(keep + keras.random.uniform(shape, seed=self.seed_generator))
+        mask = ops.floor(keep + keras.random.uniform(shape, dtype="float32", seed=self.seed_generator))
         return inputs * ops.cast(mask / keep, inputs.dtype)
 
     def compute_output_shape(self, input_shape):

@@ -35,3 +35,11 @@ def test_a_rate_per_call_replaces_the_layers():
     assert abs((out == 0).mean() - 0.1) < 0.03
     with pytest.raises(ValueError, match=r"DropPath\(rate=0\) draws no random numbers.*received rate=0.5"):
         DropPath(0.0)(ones, training=True, rate=0.5)
+
+
+def test_a_bfloat16_rate_per_call_under_mixed_precision():
+    """ScannedEncoder passes each block's rate in the activations' dtype (a float32 mask once met bfloat16)."""
+    layer = DropPath(0.5, seed=1, dtype="mixed_bfloat16")
+    inputs = tf.ones((64, 3), tf.bfloat16)
+    out = layer(inputs, training=True, rate=tf.constant(0.5, tf.bfloat16)).numpy().astype(np.float32)
+    assert out.dtype == np.float32 and set(np.unique(out)) <= {0.0, 2.0} and 0 < (out == 0).mean() < 1
