@@ -315,6 +315,6 @@ def validate(recipe):
 def check_replicas(recipe, num_replicas):
     """The global batch must split evenly over the strategy's replicas."""
     if recipe.batch_size % num_replicas:
-        raise ValueError(
-            f"`batch_size` must be a multiple of the {num_replicas} replicas in sync; received "
-            f"batch_size={recipe.batch_size} (nearest: {max(num_replicas, recipe.batch_size // num_replicas * num_replicas)})")
+        nearest = max(num_replicas, recipe.batch_size // num_replicas * num_replicas)
+        raise ValueError(f"`batch_size` must be a multiple of the {num_replicas} replicas in sync; received "
+                         f"batch_size={recipe.batch_size} (nearest: {nearest})")

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import pathlib
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -230,7 +229,8 @@ def validate_run(recipe, model_dir, strategy, data_dir, skip_bad_images, eval_ev
     try:
         recipes.validate(recipe)
         if not isinstance(eval_every, int) or eval_every < 0:
-            raise ValueError(f"--eval_every must be an int >= 0 (0: at the end only); received eval_every={eval_every!r}")
+            raise ValueError(
+                f"--eval_every must be an int >= 0 (0: at the end only); received eval_every={eval_every!r}")
         recipes.check_replicas(recipe, strategy.num_replicas_in_sync)
         _check_model_dir(model_dir, recipe)
         return _load_sources(recipe, data_dir, skip_bad_images)
@@ -294,7 +294,8 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
         try:
             checkpoint.restore(manager.latest_checkpoint).assert_consumed()
         except (AssertionError, ValueError, tf.errors.OpError) as error:
-            raise InvalidRun(f"{manager.latest_checkpoint} does not restore into this recipe's model: {error}") from error
+            raise InvalidRun(
+                f"{manager.latest_checkpoint} does not restore into this recipe's model: {error}") from error
 
     # Validation and the restore succeeded: from here on the run may write.
     model_dir.mkdir(parents=True, exist_ok=True)

@@ -138,7 +138,8 @@ def test_one_based_tfrecord_labels_are_named_by_file_and_record(tmp_path, model_
 def test_labels_are_checked_as_they_stream():
     """The second line of defence, for data that changes after the scan: position and label named."""
     ds = tf.data.Dataset.from_tensor_slices((tf.zeros([4, 2, 2, 1], tf.uint8), tf.constant([0, 1, 5, 1], tf.int64)))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[Label\] \[5\] \[of record\] \[2\] \[is outside \[0, 3\)"):
+    message = r"\[Label\] \[5\] \[of record\] \[2\] \[is outside \[0, 3\)"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         list(data.check_labels(ds, 3).as_numpy_iterator())
     assert [int(y) for _, y in data.check_labels(ds.take(2), 3)] == [0, 1]
 
