@@ -55,6 +55,11 @@ def read_labels(path):
         raise app.UsageError(f"--labels={path!r} cannot be read: {error.strerror}") from error
 
 
+flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
+flags.register_validator("top_k", lambda v: v is None or v >= 1, "--top_k must be at least 1")
+flags.register_validator("version", lambda v: v is None or v >= 1, "--version must be a positive integer")
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -63,30 +68,33 @@ def main(argv):
         return 0
     if not _MODEL.value or not _OUTPUT.value:
         raise app.UsageError("--model and --output are required (or --inspect=DIR)")
+    if _FORMAT.value == "tflite" and not _IMAGES.value:
+        raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
+    labels = read_labels(_LABELS.value) if _LABELS.value else None
     try:
         model = loading.load_model(_MODEL.value, _VARIANT.value, _IMAGE_SIZE.value)
-    except ValueError as error:
+        export = _saved_model if _FORMAT.value == "saved_model" else _tflite
+        export(model, labels)
+    except ValueError as error:  # what the model or the flags cannot do, named by the check that found it
         raise app.UsageError(str(error)) from error
-    labels = read_labels(_LABELS.value) if _LABELS.value else None
-    if _FORMAT.value == "saved_model":
-        try:
-            path = saved_model.export_saved_model(
-                model, _OUTPUT.value, _NAME.value, _VERSION.value, labels, _CROP.value, _TOP_K.value,
-                metadata={"source": _MODEL.value}, max_image_pixels=_MAX_PIXELS.value, overwrite=_OVERWRITE.value)
-        except ValueError as error:
-            raise app.UsageError(str(error)) from error
-        print(f"SavedModel written to {path} (served through TensorFlow's C API and checked against Keras)")
-        print(saved_model.inspect(path))
-        return 0
-    if not _IMAGES.value:
-        raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
+    return 0
+
+
+def _saved_model(model, labels):
+    path = saved_model.export_saved_model(
+        model, _OUTPUT.value, _NAME.value, _VERSION.value, labels, _CROP.value, _TOP_K.value,
+        metadata={"source": _MODEL.value}, max_image_pixels=_MAX_PIXELS.value, overwrite=_OVERWRITE.value)
+    print(f"SavedModel written to {path} (served through TensorFlow's C API and checked against Keras)")
+    print(saved_model.inspect(path))
+
+
+def _tflite(model, labels):
     images = read_images(_IMAGES.value, model)
     result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=images,
                                   verify_images=images, labels=labels, force=_FORCE.value,
                                   metadata={"source": _MODEL.value, **dataclasses.asdict(
                                       preprocessing.Preprocessing.for_model(model, _CROP.value))})
     tflite.print_table([{"quantize": _QUANTIZE.value, **result}])
-    return 0
 
 
 if __name__ == "__main__":

@@ -194,6 +194,8 @@ def _check_arguments(model, labels, top_k):
 
 def _check_output(model_base, version, overwrite):
     """Refuses an existing version (unless `overwrite`) or an unwritable directory; returns the version's path."""
+    if not (isinstance(version, int) and version >= 1):
+        raise ValueError(f"version must be a positive integer (TF Serving's version directories); received {version!r}")
     final = model_base / str(version)
     if final.exists() and not overwrite:
         raise ValueError(f"Version {version} of {model_base.name!r} exists at {final}; "
@@ -232,7 +234,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
         overwrite: replace an existing `version` (swapped in only once the new one is proven).
     """
     model_base = pathlib.Path(base_dir) / name
-    version = next_version(model_base) if version is None else int(version)
+    version = next_version(model_base) if version is None else version
     preprocessing = prep.Preprocessing.for_model(model, crop_fraction, max_image_pixels)
     top_k = _check_arguments(model, labels, top_k)
     final = _check_output(model_base, version, overwrite)
