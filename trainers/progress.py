@@ -30,7 +30,8 @@ def format_line(step, total, images_per_second, seconds_left, loss, learning_rat
     done = int(WIDTH * step / total)
     bar = "=" * done + (">" if done < WIDTH else "") + " " * max(WIDTH - done - 1, 0)
     eta = "?" if seconds_left is None else str(datetime.timedelta(seconds=round(seconds_left)))
-    return (f"step {step}/{total} [{bar}] {100 * step / total:5.1f}%  {images_per_second:.0f} img/s  "
+    rate = "?" if images_per_second is None else f"{images_per_second:.0f}"
+    return (f"step {step}/{total} [{bar}] {100 * step / total:5.1f}%  {rate} img/s  "
             f"ETA {eta}  loss {loss:.4f}  lr {learning_rate:.2e}")
 
 
@@ -73,7 +74,9 @@ class RunProgress(keras.callbacks.Callback):
         crossed = self.last_printed is None or step // self.every > self.last_printed // self.every
         if not (self.tty or crossed or step == self.total):
             return
-        line = format_line(step, self.total, rate * self.batch_size, seconds_left, float((logs or {}).get("loss", 0.0)),
+        # Unknown (None) until a measured execution: the first one includes compilation.
+        images_per_second = rate * self.batch_size if rate else None
+        line = format_line(step, self.total, images_per_second, seconds_left, float((logs or {}).get("loss", 0.0)),
                            _learning_rate(self.model.optimizer))
         self.stream.write(f"\r{line}\033[K" if self.tty else line + "\n")
         if self.tty and step == self.total:

@@ -14,7 +14,7 @@ def test_the_line_shows_step_total_rate_eta_loss_and_learning_rate():
     line = format_line(300, 4000, 1234.4, 83.4, 1.23456, 1.9e-3)
     assert line.startswith("step 300/4000 [=>") and "   7.5%  1234 img/s  ETA 0:01:23  loss 1.2346  lr 1.90e-03" in line
     assert format_line(4000, 4000, 10, 0, 0.5, 0.0).startswith("step 4000/4000 [" + "=" * 24 + "] 100.0%")
-    assert "ETA ?" in format_line(1, 10, 0, None, 1.0, 1.0)
+    assert "  ? img/s  ETA ?  " in format_line(1, 10, None, None, 1.0, 1.0)
 
 
 def test_stops_fall_on_checkpoints_evaluations_and_the_end():
