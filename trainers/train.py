@@ -264,6 +264,14 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
         # strategies: "You must feed a value for placeholder tensor" (BUILD.md).
         logging.warning("steps_per_execution=1 under %s (Keras 3.15)", type(strategy).__name__)
         steps_per_execution = 1
+    jit_compile = recipe.jit_compile
+    if mirrored and jit_compile and strategy.num_replicas_in_sync > 1:
+        # Keras 3 compiles the whole replicated step as one XLA cluster, which cannot
+        # read variables kept on several devices ("Trying to access resource ... located
+        # in device CPU:1 from device CPU:0"); TPUStrategy compiles per replica (BUILD.md).
+        logging.warning("XLA off under %s with %d replicas (Keras 3)", type(strategy).__name__,
+                        strategy.num_replicas_in_sync)
+        jit_compile = False
     # Seeded after the data is opened: preparing a TFDS dataset draws random numbers.
     keras.utils.set_random_seed(recipe.seed)
     with strategy.scope():
@@ -277,7 +285,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
             loss=keras.losses.CategoricalCrossentropy(from_logits=True),
             metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
                      keras.metrics.TopKCategoricalAccuracy(k=5, name="top5")],
-            jit_compile=recipe.jit_compile,
+            jit_compile=jit_compile,
             steps_per_execution=steps_per_execution,
         )
         optimizer.build(model.trainable_variables)

@@ -342,12 +342,10 @@ def test_command_line_export_inspect_and_refusals(model, tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "signature serving_default" in result.stdout and (tmp_path / "serving" / "vit" / "1").is_dir()
-    (tmp_path / "four.txt").write_text("a\nb\nc\nd\n")
-    for flag, message in [(f"--labels={tmp_path / 'four.txt'}", "The model has 3 classes; received 4 labels"),
-                          ("--top_k=7", "top_k must be an integer from 1 to the 3 classes; received 7"),
-                          ("--version=1", "Version 1 of 'vit' exists")]:
-        refused = subprocess.run([*base, flag], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
-        assert refused.returncode != 0 and message in refused.stderr, (flag, refused.stderr[-1000:])
+    # The exporter's refusals reach the command line as usage errors (each is tested in-process above).
+    refused = subprocess.run([*base, "--top_k=7"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
+    assert refused.returncode != 0, refused.stderr[-1000:]
+    assert "top_k must be an integer from 1 to the 3 classes; received 7" in refused.stderr
     assert sorted(p.name for p in (tmp_path / "serving" / "vit").iterdir()) == ["1"]
 
 

@@ -168,6 +168,16 @@ def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
         np.testing.assert_allclose(outs["one"][key], outs["mirrored"][key], atol=2e-5, err_msg=key)
 
 
+@pytest.mark.slow
+def test_mirrored_with_the_recipes_defaults_trains(tmp_path, data_dir):
+    """XLA is the default, and Keras 3 cannot compile one XLA cluster over two devices: the trainer turns it off."""
+    out = tmp_path / "out.npz"
+    result = run(["tests.trainers.worker", str(tmp_path / "run"), data_dir, "mirrored_defaults", str(out)])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "XLA off under MirroredStrategy with 2 replicas" in result.stderr
+    assert int(np.load(out)["replicas"]) == 2
+
+
 def test_a_batch_two_replicas_do_not_divide_stops_before_the_data(tmp_path):
     """Under a real MirroredStrategy (it used to crash in an AddN op after the data and model were built)."""
     result = run(["tests.trainers.worker", str(tmp_path / "run"), str(tmp_path / "tfds"), "mirrored",

@@ -1,6 +1,6 @@
 """Runs a tiny digits training in its own process, for the distribution tests.
 
-    python -m tests.trainers.worker MODEL_DIR DATA_DIR {one|mirrored|multi_worker} OUT.npz [BATCH_SIZE]
+    python -m tests.trainers.worker MODEL_DIR DATA_DIR {one|mirrored|mirrored_defaults|multi_worker} OUT.npz [BATCH_SIZE]
 
 `mirrored` splits the CPU into two logical devices first (this must happen
 before TensorFlow starts, hence a process of its own); `multi_worker` reads
@@ -20,10 +20,14 @@ TINY = dict(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16
 
 
 def main(model_dir, data_dir, mode, out, batch_size=TINY["batch_size"]):
+    if mode == "mirrored_defaults":  # the recipe's own settings (XLA on), nothing made deterministic
+        mirrored = tf.distribute.MirroredStrategy(_two_cpus())
+        recipe = train.resolve_recipe("digits", {**TINY, "batch_size": int(batch_size)})
+        _, metrics = train.train(recipe, model_dir, mirrored, "cpu", data_dir)
+        np.savez(out, replicas=mirrored.num_replicas_in_sync, top1=metrics["eval_top1"])
+        return
     if mode == "mirrored":
-        cpu = tf.config.list_physical_devices("CPU")[0]
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        strategy = tf.distribute.MirroredStrategy(_two_cpus())
     elif mode == "multi_worker":
         strategy, _ = make_strategy("multi_worker")
     else:
@@ -33,6 +37,12 @@ def main(model_dir, data_dir, mode, out, batch_size=TINY["batch_size"]):
     model, metrics = train.train(recipe, model_dir, strategy, "cpu", data_dir)
     np.savez(out, replicas=strategy.num_replicas_in_sync, top1=metrics["eval_top1"],
              **{f"w{i}": w for i, w in enumerate(model.get_weights())})
+
+
+def _two_cpus():
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    return ["/cpu:0", "/cpu:1"]
 
 
 if __name__ == "__main__":
