@@ -55,6 +55,19 @@ def time_calls(fn, seconds):
     return (time.perf_counter() - start) / runs
 
 
+def alternating_rounds(calls, rounds, measure):
+    """Times every call in turn, round after round, with the GEMM at the start of each round.
+
+    Returns ({name: [measure(call) per round]}, [GEMM GFLOP/s per round]).
+    """
+    samples, gemms = {name: [] for name in calls}, []
+    for _ in range(rounds):
+        gemms.append(gemm_gflops())
+        for name, call in calls.items():
+            samples[name].append(measure(call))
+    return samples, gemms
+
+
 def summarize(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 

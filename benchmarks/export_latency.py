@@ -49,13 +49,8 @@ def main(argv):
     for variant in _VARIANTS.value:
         model = keras_vit.ViT(**keras_vit.decode_variant(variant), image_size=224, classifier_activation=None)
         with tempfile.TemporaryDirectory() as folder:
-            calls = runtimes(model, folder)
-            samples = {name: [] for name in calls}
-            gemms = []
-            for _ in range(_ROUNDS.value):
-                gemms.append(common.gemm_gflops())
-                for name, call in calls.items():
-                    samples[name].append(1000 * common.time_calls(call, _SECONDS.value))
+            samples, gemms = common.alternating_rounds(runtimes(model, folder), _ROUNDS.value,
+                                                       lambda call: 1000 * common.time_calls(call, _SECONDS.value))
         keras_median = statistics.median(samples["keras (XLA)"])
         for name, ms in samples.items():
             summary = common.summarize(ms)

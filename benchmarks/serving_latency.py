@@ -80,13 +80,8 @@ def main(argv):
     for variant in _VARIANTS.value:
         model = keras_vit.ViT(**keras_vit.decode_variant(variant), image_size=224, classifier_activation=None)
         with tempfile.TemporaryDirectory() as folder:
-            calls = requests(model, folder)
-            samples = {name: [] for name in calls}
-            gemms = []
-            for _ in range(_ROUNDS.value):
-                gemms.append(common.gemm_gflops())
-                for name, call in calls.items():
-                    samples[name].append(percentiles(call, _REQUESTS.value))
+            samples, gemms = common.alternating_rounds(requests(model, folder), _ROUNDS.value,
+                                                       lambda call: percentiles(call, _REQUESTS.value))
         for name, rounds in samples.items():
             entry = {"variant": variant, "runtime": name, "gemm_gflops": common.summarize(gemms)}
             row = {"variant": variant, "runtime": name}
