@@ -157,19 +157,13 @@ def non_builtin_ops(tflite_bytes):
     from tensorflow.lite.python.schema_py_generated import BuiltinOperator
 
     builtins = {name for name in vars(BuiltinOperator) if name.isupper()}
-    interpreter = _interpreter_without_allocation(tflite_bytes)
+    # Not allocated: allocation fails on the very ops this names.
+    interpreter = make_interpreter(tflite_bytes, delegates=False, allocate=False)
     # `_get_ops_details` names custom ops by their custom code (e.g. FlexErf); no public equivalent.
     return sorted({op["op_name"] for op in interpreter._get_ops_details()} - builtins)
 
 
-def _interpreter_without_allocation(tflite_bytes):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    return Interpreter(model_content=tflite_bytes,
-                       experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-
-
-def make_interpreter(tflite_bytes, num_threads=None, delegates=True):
+def make_interpreter(tflite_bytes, num_threads=None, delegates=True, allocate=True):
     # Imported here: the LiteRT runtime is the `export` extra, not a core dependency.
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -177,7 +171,8 @@ def make_interpreter(tflite_bytes, num_threads=None, delegates=True):
     interpreter = Interpreter(
         model_content=tflite_bytes, num_threads=num_threads, experimental_op_resolver_type=resolver
     )
-    interpreter.allocate_tensors()
+    if allocate:
+        interpreter.allocate_tensors()
     return interpreter
 
 
