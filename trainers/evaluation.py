@@ -10,6 +10,8 @@ import os
 
 import tensorflow as tf
 
+from trainers.atomic_files import write_text_atomically
+
 
 def next_stop(step, recipe, eval_every):
     """The next step at which the loop checkpoints, evaluates or ends (a pure function of `step`)."""
@@ -59,9 +61,7 @@ class BestCheckpoint:
         self.record = {"step": step, "eval_top1": results["top1"], "eval_top5": results["top5"],
                        "eval_loss": results["loss"], "checkpoint": os.path.basename(self.manager.latest_checkpoint)}
         if self.is_chief:
-            tmp = self.record_path.with_name(f"best.json.tmp-{os.getpid()}")
-            tmp.write_text(json.dumps(self.record, indent=2))
-            os.replace(tmp, self.record_path)
+            write_text_atomically(self.record_path, json.dumps(self.record, indent=2))
         return f"{line}  (new best, saved to {self.directory.name}/)"
 
     def remove_scratch(self):

@@ -26,6 +26,7 @@ from absl import app, flags, logging  # noqa: E402
 
 import keras_vit  # noqa: E402
 from trainers import data, optimization, recipes  # noqa: E402
+from trainers.atomic_files import write_text_atomically  # noqa: E402
 from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
 from trainers.progress import RunProgress  # noqa: E402
 from trainers.strategy import STRATEGIES, make_strategy  # noqa: E402
@@ -177,12 +178,6 @@ def _fit_multi_worker(model, dataset, strategy):
     keras_trainer.reduce_per_replica = reduce_per_replica
 
 
-def _write_text_atomically(path, text):
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")  # per process: workers share model_dir
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _atomic_save_keras(model, path):
     """Saves the model without its training state, under a temporary name first.
 
@@ -308,7 +303,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     # Validation and the restore succeeded: from here on the run may write.
     model_dir.mkdir(parents=True, exist_ok=True)
     if is_chief:
-        _write_text_atomically(model_dir / "recipe.json", recipe.to_json())
+        write_text_atomically(model_dir / "recipe.json", recipe.to_json())
     progress = RunProgress(recipe.train_steps, recipe.batch_size)
     if resumed_from:
         progress.message(f"Resumed from {resumed_from} at step {current_step(optimizer)}")
@@ -344,7 +339,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     if is_chief:
         _atomic_save_keras(model, model_dir / "model.keras")
         keras_vit.save_npz(model, model_dir / "model.npz")
-        _write_text_atomically(model_dir / "metrics.json", json.dumps(metrics, indent=2))
+        write_text_atomically(model_dir / "metrics.json", json.dumps(metrics, indent=2))
     return model, metrics
 
 

@@ -240,13 +240,13 @@ def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
 
 WRITER = """
 import pathlib, sys, time
-from trainers.train import _write_text_atomically
+from trainers.atomic_files import write_text_atomically
 target, ready, go = map(pathlib.Path, sys.argv[1:])
 ready.touch()
 while not go.exists():
     time.sleep(0.001)
 for i in range(500):
-    _write_text_atomically(target, str(i))
+    write_text_atomically(target, str(i))
 """
 
 
