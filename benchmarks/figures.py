@@ -1,0 +1,376 @@
+"""Every benchmark figure of README.md and docs/*.md, written from benchmarks/results/*.json.
+
+    python -m benchmarks.figures            # rewrite the regions in place
+    python -m benchmarks.figures --check    # exit 1 naming each region that is out of date
+
+A region is the text between two marker lines in a Markdown file:
+
+    <!-- figures:NAME -->
+    ...generated, never edited by hand...
+    <!-- /figures:NAME -->
+
+NAME is a key of `REGIONS`; the same region may stand in several files. Each
+region prints what one benchmark script measured, the way that script prints
+it: `benchmarks.run` (images/s median (min-max), share of the matmul limit,
+and the ratio to timm paired within each round), `benchmarks.export_latency`
+(milliseconds, and the ratio of a runtime's median to Keras' median),
+`benchmarks.serving_latency` (p50 and p99, and their ratio to Keras' export
+paired within each round) and `benchmarks.main_job_seeds` (test top-1 per
+seed, their mean and range). Nothing here measures or estimates: a figure that
+is not in the JSON is not printed.
+
+`--check` also refuses a benchmark-like figure (a ratio such as 1.25x, or a
+number of ms, MB, GFLOP/s or images/s, or a percentage with decimals) written
+in README.md or docs/*.md outside a region, so that no two places can disagree.
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import statistics
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = pathlib.Path("benchmarks") / "results"
+
+# The earlier CPU runs of the same suite, oldest first, kept to show the run-to-run drift on this machine.
+DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
+              "suite_cpu.json")
+
+_REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
+_STRAY = re.compile(r"\b\d+\.\d+x\b|\b\d[\d,]*(?:\.\d+)? ?(?:ms|MB|GB|GFLOP/s|images/s|img/s)\b|\b\d+\.\d+%")
+# docs/PRETRAINED.md is written by keras_vit.pretrained.markdown_table (tests/test_pretrained.py keeps it current).
+_NOT_OURS = ("docs/PRETRAINED.md",)
+
+
+# --- formatting, as the benchmark scripts print
+
+def _spread(summary, fmt="{:.2f}"):
+    """`median (min-max)` of a {"median", "min", "max"} summary."""
+    return f"{fmt.format(summary['median'])} ({fmt.format(summary['min'])}-{fmt.format(summary['max'])})"
+
+
+def _table(columns, rows):
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _machine(machine):
+    gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
+    return f"{machine['cpu']}, {machine['cores']} cores{gpu}"
+
+
+def _load(results, name):
+    return json.loads((results / name).read_text())
+
+
+# --- benchmarks.run
+
+def _short(label):
+    return label.replace("keras_vit ", "")
+
+
+def _suite_line(suite, name):
+    versions, settings = suite["versions"], suite["settings"]
+    ours = versions["keras_vit"]
+    backend = ours.get("backend", "tensorflow")
+    backend_name = {"tensorflow": "TensorFlow", "jax": "JAX"}.get(backend, backend)
+    limit = suite["matmul_limit_gflops"]
+    return (f"`{RESULTS / name}`: {suite['machine']['date']}, {_machine(suite['machine'])}; keras_vit on Keras "
+            f"{ours['keras']} / {backend_name} {ours[backend]} against timm {versions['timm']['timm']} / torch "
+            f"{versions['timm']['torch']}; {settings['image_size']} px, {settings['precision']}, "
+            f"{settings['threads']} threads, {settings['rounds']} rounds of {settings['seconds']:g} s per "
+            f"implementation, {suite['wall_s']:.0f} s in all. Matmul limit (the fastest library at "
+            f"{' x '.join(str(n) for n in settings['matmul_shape'])}, per round) "
+            f"{_spread(limit, '{:.0f}')} GFLOP/s; each library's own, median (min-max) over every round: "
+            + ", ".join(f"{_LIBRARIES.get(library, library).format(backend=backend_name)} {_spread(rates, '{:.0f}')}"
+                        for library, rates in _matmul_rates(suite).items()) + ".")
+
+
+# The matmul of each worker: keras_vit's is its Keras backend's.
+_LIBRARIES = {"keras_vit": "{backend}", "timm": "PyTorch", "numpy": "numpy"}
+
+
+def _matmul_rates(suite):
+    """{library: summary of its matmul GFLOP/s over every round of every configuration}."""
+    values = {}
+    for result in suite["results"]:
+        for r in result["rounds"]:
+            for library, rate in r["matmul_gflops"].items():
+                values.setdefault(library, []).append(rate)
+    return {library: {"median": statistics.median(v), "min": min(v), "max": max(v)} for library, v in values.items()}
+
+
+def _throughput_table(suite):
+    labels = [im["label"] for im in suite["settings"]["implementations"]]
+    ours = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm"]
+    columns = (["task", "variant", "batch"] + [f"{_short(label)}: images/s, of limit" for label in labels]
+               + [f"{_short(label)} / timm" for label in ours])
+    rows = []
+    for r in suite["results"]:
+        s = r["summary"]
+        rows.append([r["task"], r["variant"], r["batch"]]
+                    + [f"{_spread(s[label]['images_per_s'], '{:.1f}')}, {s[label]['fraction_of_limit']['median']:.0%}"
+                       for label in labels]
+                    + [_spread(s[label]["vs_timm"]) for label in ours])
+    return _table(columns, rows)
+
+
+def _probe_table(suite):
+    def seconds(p, key):  # + 0.0: a compile time that rounds to -0.0 prints as 0.0
+        return f"{round(p[key], 1) + 0.0:.1f}" if key in p else "-"
+
+    rows = [[f"{p['task']} {p['variant']} batch {p['batch']}", p["implementation"], seconds(p, "first_call_s"),
+             seconds(p, "compile_s"), f"{p['peak_rss_mb']:,.0f}"] for p in suite["probes"]]
+    return _table(["probe (fresh process)", "implementation", "first call s", "of which compile s", "peak RSS MB"],
+                  rows)
+
+
+def _targets_table(suite):
+    met = {True: "yes", False: "NO", None: "-"}
+    rows = [[c["target"], f"{c['goal']:g}", "-" if c["measured"] is None else f"{c['measured']:.2f}", met[c["met"]]]
+            for c in suite["targets"]]
+    return _table(["target (issue 6)", "goal", "measured", "met"], rows)
+
+
+def suite_region(name):
+    def region(results):
+        suite = _load(results, name)
+        return "\n\n".join([
+            _suite_line(suite, name),
+            "Throughput: images/s median (min-max) over the rounds and the median share of the matmul limit; "
+            "the ratio to timm is taken within each round, median (min-max).",
+            _throughput_table(suite),
+            "First call and peak memory, each in a fresh process (compile = first call - a steady call):",
+            _probe_table(suite),
+            _targets_table(suite)])
+    return region
+
+
+def _vs_timm(suite, task, variant, batch, label="keras_vit XLA"):
+    row = next((r for r in suite["results"] if (r["task"], r["variant"], r["batch"]) == (task, variant, batch)),
+               None)
+    if row is None or label not in row["summary"]:
+        return "-"
+    return _spread(row["summary"][label]["vs_timm"])
+
+
+_HEADLINE = (("inference", "B/16", 1), ("inference", "B/16", 8), ("training", "Ti/16", 16), ("training", "S/16", 16))
+
+
+def drift_region(results):
+    columns = ["run", "s per timing", "wall s"] + [f"{v} {t} batch {b}" for t, v, b in _HEADLINE]
+    rows = []
+    for name in DRIFT_RUNS:
+        suite = _load(results, name)
+        rows.append([f"`{name}`", f"{suite['settings']['seconds']:g}", f"{suite['wall_s']:.0f}"]
+                    + [_vs_timm(suite, *config) for config in _HEADLINE])
+    return ("keras_vit XLA / timm, median (min-max) of the per-round ratios, in every CPU run of the suite on "
+            "TensorFlow (same machine and versions, oldest first):\n\n" + _table(columns, rows))
+
+
+def summary_region(results):
+    suite = _load(results, "suite_cpu.json")
+    labels = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm" and im["compiled"]]
+    rows = [[f"{v} {t}", b] + [_vs_timm(suite, t, v, b, label) for label in labels] for t, v, b in _HEADLINE]
+    return (f"Against timm in the same run ({suite['machine']['date']}, {_machine(suite['machine'])}, "
+            f"`{RESULTS / 'suite_cpu.json'}`), images/s ratio per round, median (min-max):\n\n"
+            + _table(["workload", "batch"] + [f"{_short(label)} / timm" for label in labels], rows))
+
+
+# --- benchmarks.export_latency
+
+def export_latency_region(results):
+    data = _load(results, "export_latency_cpu.json")
+    rows = []
+    keras = {r["variant"]: r["latency_ms"]["median"] for r in data["results"] if r["runtime"] == "keras (XLA)"}
+    for r in data["results"]:
+        rows.append([r["variant"], r["runtime"], _spread(r["latency_ms"], "{:.1f}"),
+                     f"{r['latency_ms']['median'] / keras[r['variant']]:.2f}x"])
+    gemm = data["results"][0]["gemm_gflops"]
+    return (f"`{RESULTS / 'export_latency_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
+            f"TensorFlow {data['tensorflow']}; batch-1 latency, median (min-max) over the rounds, and the median's "
+            f"ratio to Keras' (XLA) median. numpy's GEMM in the same rounds: {_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
+            + _table(["variant", "runtime", "ms", "vs keras"], rows))
+
+
+# --- benchmarks.serving_latency
+
+def serving_latency_region(results):
+    data = _load(results, "serving_latency_cpu.json")
+    rows = [[r["variant"], r["runtime"], _spread(r["p50_ms"], "{:.1f}"), _spread(r["p50_vs_keras"]),
+             _spread(r["p99_ms"], "{:.1f}"), _spread(r["p99_vs_keras"])] for r in data["results"]]
+    gemm = data["results"][0]["gemm_gflops"]
+    return (f"`{RESULTS / 'serving_latency_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
+            f"TensorFlow {data['tensorflow']}; {data['requests_per_round']} batch-1 requests per runtime in each "
+            f"round. p50 and p99 are medians (min-max) over the rounds; the ratio to Keras' export is taken "
+            f"within each round. numpy's GEMM in the same rounds: {_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
+            + _table(["variant", "runtime", "p50 ms", "p50 / Keras export", "p99 ms", "p99 / Keras export"], rows))
+
+
+# --- benchmarks.main_job_seeds
+
+def _seeds(data):
+    summary, runs = data["summary"], data["runs"]
+    first = runs[0]
+    repeat = {True: ", and gave it again in a second process",
+              False: f"; a second process of seed {first['seed']} gave {runs[-1]['test_top1']:.2%}",
+              None: ""}[data.get("first_seed_repeats")]
+    seeds = sorted({r["seed"] for r in runs})
+    listed = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else ", ".join(map(str, seeds))
+    return (f"test top-1 over seeds {listed}: mean {summary['mean']:.2%}, range "
+            f"{summary['min']:.2%}-{summary['max']:.2%}; seed {first['seed']} gives {first['test_top1']:.2%}{repeat}")
+
+
+def main_job_region(results):
+    data = _load(results, "main_job_seeds.json")
+    seconds = [r["seconds"] for r in data["runs"]]
+    return (f"Its {_seeds(data)} (`python -m benchmarks.main_job_seeds`, {data['machine']['date']}, "
+            f"{_machine(data['machine'])}: each run {min(seconds):.0f}-{max(seconds):.0f} s; "
+            f"`{RESULTS / 'main_job_seeds.json'}`).")
+
+
+def main_job_seeds_region(results):
+    data = _load(results, "main_job_seeds.json")
+    rows = [[r["seed"], f"{r['test_top1']:.2%}", f"{r['test_top5']:.2%}", r["step"], f"{r['seconds']:.0f}"]
+            for r in data["runs"]]
+    return (f"`{RESULTS / 'main_job_seeds.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+            f"{_seeds(data)}.\n\n" + _table(["seed", "test top-1", "test top-5", "steps", "s"], rows))
+
+
+REGIONS = {
+    "main-job": main_job_region,
+    "main-job-seeds": main_job_seeds_region,
+    "benchmark-summary": summary_region,
+    "suite-cpu": suite_region("suite_cpu.json"),
+    "suite-cpu-jax": suite_region("suite_cpu_jax.json"),
+    "suite-drift": drift_region,
+    "export-latency": export_latency_region,
+    "serving-latency": serving_latency_region,
+}
+
+# Which result files each region reads (BUILD.md lists them; a test checks every file is read).
+SOURCES = {
+    "main-job": ("main_job_seeds.json",),
+    "main-job-seeds": ("main_job_seeds.json",),
+    "benchmark-summary": ("suite_cpu.json",),
+    "suite-cpu": ("suite_cpu.json",),
+    "suite-cpu-jax": ("suite_cpu_jax.json",),
+    "suite-drift": DRIFT_RUNS,
+    "export-latency": ("export_latency_cpu.json",),
+    "serving-latency": ("serving_latency_cpu.json",),
+}
+
+
+# --- the files
+
+class FiguresError(ValueError):
+    """A region that cannot be read: unknown name, unclosed or stray marker."""
+
+
+def documents(root):
+    """README.md and docs/*.md under `root`, as paths relative to it."""
+    root = pathlib.Path(root)
+    paths = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    return [p.relative_to(root) for p in paths if p.exists()]
+
+
+def regions(text, where):
+    """[(name, start, end)] of every region in `text`: `start:end` is the text between the two marker lines."""
+    found, open_region = [], None
+    for match in _REGION.finditer(text):
+        closing, name = match.group(1) == "/", match.group(2)
+        line = text.count("\n", 0, match.start()) + 1
+        if name not in REGIONS:
+            raise FiguresError(f"{where}:{line}: unknown region '{name}'; known: {', '.join(sorted(REGIONS))}")
+        if not closing:
+            if open_region:
+                raise FiguresError(f"{where}:{line}: region '{name}' opens inside region '{open_region[0]}'")
+            open_region = (name, match.end() + 1)
+        else:
+            if not open_region or open_region[0] != name:
+                raise FiguresError(f"{where}:{line}: '<!-- /figures:{name} -->' closes no open region '{name}'")
+            found.append((open_region[0], open_region[1], match.start()))
+            open_region = None
+    if open_region:
+        raise FiguresError(f"{where}: region '{open_region[0]}' is never closed")
+    return found
+
+
+def render(text, results, where):
+    """`text` with every region rewritten from the JSON in `results`."""
+    pieces, last = [], 0
+    for name, start, end in regions(text, where):
+        pieces += [text[last:start], "\n" + REGIONS[name](results).strip("\n") + "\n\n"]
+        last = end
+    return "".join(pieces + [text[last:]])
+
+
+def stray_figures(text):
+    """[(line number, figure)] of benchmark-like figures outside the regions of `text`."""
+    spans = [(start, end) for _, start, end in regions(text, "")]
+    stray = []
+    for match in _STRAY.finditer(text):
+        if not any(start <= match.start() < end for start, end in spans):
+            stray.append((text.count("\n", 0, match.start()) + 1, match.group(0)))
+    return stray
+
+
+def check(root=ROOT):
+    """Problems as lines: each out-of-date region and each figure outside a region."""
+    root = pathlib.Path(root)
+    results, problems = root / RESULTS, []
+    for path in documents(root):
+        text = (root / path).read_text()
+        try:
+            current = render(text, results, path)
+        except FiguresError as error:
+            problems.append(str(error))
+            continue
+        rendered = regions(current, path)
+        for (name, start, end), (_, new_start, new_end) in zip(regions(text, path), rendered):
+            if text[start:end] != current[new_start:new_end]:
+                problems.append(f"{path}: region '{name}' is out of date (python -m benchmarks.figures)")
+        if str(path) not in _NOT_OURS:
+            problems += [f"{path}:{line}: '{figure}' is written outside a figures region" for line, figure in
+                         stray_figures(text)]
+    return problems
+
+
+def rewrite(root=ROOT):
+    """Rewrites every region in place; returns the paths that changed."""
+    root = pathlib.Path(root)
+    changed = []
+    for path in documents(root):
+        text = (root / path).read_text()
+        new = render(text, root / RESULTS, path)
+        if new != text:
+            (root / path).write_text(new)
+            changed.append(path)
+    return changed
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 naming what is out of date")
+    parser.add_argument("--root", default=str(ROOT), help="the repository (default: this checkout)")
+    args = parser.parse_args(argv)
+    if args.check:
+        problems = check(args.root)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
+    try:
+        changed = rewrite(args.root)
+    except FiguresError as error:
+        print(error, file=sys.stderr)
+        return 1
+    for path in changed:
+        print(f"rewrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""`benchmarks.figures`: every benchmark figure in README.md and docs/ is the one its JSON gives."""
+
+import json
+import shutil
+
+import pytest
+
+from benchmarks import figures
+
+RESULTS = figures.ROOT / figures.RESULTS
+
+
+def test_readme_and_docs_agree_with_the_results():
+    problems = figures.check()
+    assert not problems, "\n".join(problems) + "\nRun `python -m benchmarks.figures` and commit the result."
+
+
+def test_every_result_file_is_read_by_a_region_and_every_region_is_used():
+    read = {name for names in figures.SOURCES.values() for name in names}
+    assert set(figures.SOURCES) == set(figures.REGIONS)
+    assert read == {path.name for path in RESULTS.glob("*.json")}
+    used = {name for path in figures.documents(figures.ROOT)
+            for name, _, _ in figures.regions((figures.ROOT / path).read_text(), path)}
+    assert used == set(figures.REGIONS)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A repository of one README and the real results."""
+    shutil.copytree(RESULTS, tmp_path / figures.RESULTS)
+    (tmp_path / "docs").mkdir()
+    return tmp_path
+
+
+def test_check_names_the_stale_region_and_rewrite_mends_it(repo):
+    readme = repo / "README.md"
+    readme.write_text("# x\n\n<!-- figures:main-job -->\nmean 12.34%\n<!-- /figures:main-job -->\n\nafter\n")
+    assert figures.check(repo) == ["README.md: region 'main-job' is out of date (python -m benchmarks.figures)"]
+    assert figures.main(["--check", f"--root={repo}"]) == 1
+    assert figures.main([f"--root={repo}"]) == 0
+    text = readme.read_text()
+    assert figures.check(repo) == [] and text.endswith("<!-- /figures:main-job -->\n\nafter\n")
+    assert "mean 97.94%, range 97.22%-99.17%" in text  # main_job_seeds.json, as main_job_seeds.py summarises it
+    assert figures.rewrite(repo) == []  # a second rewrite changes nothing
+
+
+def test_a_figure_follows_its_json(repo):
+    (repo / "docs" / "performance.md").write_text("<!-- figures:export-latency -->\n<!-- /figures:export-latency -->\n")
+    figures.rewrite(repo)
+    assert "| Ti/16 | saved_model | 40.9 (38.2-45.0) | 1.51x |" in (repo / "docs" / "performance.md").read_text()
+    path = repo / figures.RESULTS / "export_latency_cpu.json"
+    data = json.loads(path.read_text())
+    data["results"][1]["latency_ms"]["median"] = 54.1  # Ti/16 saved_model
+    path.write_text(json.dumps(data))
+    assert figures.check(repo) == ["docs/performance.md: region 'export-latency' is out of date "
+                                   "(python -m benchmarks.figures)"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("<!-- figures:nope -->\n<!-- /figures:nope -->\n", "README.md:1: unknown region 'nope'"),
+    ("<!-- figures:main-job -->\nx\n", "README.md: region 'main-job' is never closed"),
+    ("x\n<!-- /figures:main-job -->\n", "README.md:2: '<!-- /figures:main-job -->' closes no open region"),
+])
+def test_broken_markers_are_named(repo, text, message):
+    (repo / "README.md").write_text(text)
+    (problem,) = figures.check(repo)
+    assert problem.startswith(message)
+    assert figures.main([f"--root={repo}"]) == 1
+
+
+def test_a_figure_outside_a_region_is_refused(repo):
+    (repo / "docs" / "guide.md").write_text("Steps are 1.16x slower, 12 ms per call and 3,027 MB.\n"
+                                            "A 4096 x 4096 image, 8x8 digits, 1e-5: not figures.\n")
+    assert figures.check(repo) == [f"docs/guide.md:1: '{figure}' is written outside a figures region"
+                                   for figure in ("1.16x", "12 ms", "3,027 MB")]
