@@ -114,6 +114,18 @@ def convert(model, quantize="none", representative_images=None):
             )
         representative_images = _check_images(representative_images, model, "representative_images")
 
+    converter = _converter(model, shape)
+    _set_quantization(converter, quantize, representative_images)
+    tflite_bytes = converter.convert()
+    custom = non_builtin_ops(tflite_bytes)
+    if custom:
+        raise ValueError(f"The {quantize!r} TFLite model needs ops outside LiteRT's builtins, which a phone's "
+                         f"default runtime lacks: {custom}")
+    return tflite_bytes
+
+
+def _converter(model, shape):
+    """A TFLite converter for `model` at the fixed input `shape`, with its weights frozen in."""
     # A fixed batch of 1: TFLite kernels and delegates want static shapes.
     serve = tf.function(
         lambda images: model(images, training=False),
@@ -125,8 +137,11 @@ def convert(model, quantize="none", representative_images=None):
     # lets it freeze them.
     holder = tf.Module()
     holder.weights = [variable.value for variable in model.variables]
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function()], holder)
+    return tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function()], holder)
 
+
+def _set_quantization(converter, quantize, representative_images):
+    """Sets the converter's optimizations, op sets and types for one of `QUANTIZATIONS`."""
     if quantize != "none":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":
@@ -144,12 +159,6 @@ def convert(model, quantize="none", representative_images=None):
     else:
         # Builtin ops only, never SELECT_TF_OPS: a phone's default LiteRT runtime has no Flex delegate.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    tflite_bytes = converter.convert()
-    custom = non_builtin_ops(tflite_bytes)
-    if custom:
-        raise ValueError(f"The {quantize!r} TFLite model needs ops outside LiteRT's builtins, which a phone's "
-                         f"default runtime lacks: {custom}")
-    return tflite_bytes
 
 
 def non_builtin_ops(tflite_bytes):
@@ -357,6 +366,28 @@ def export_tflite(
         `output_dir`, `tflite_path`, `labels_path` (None without labels)
         and `metadata_path`.
     """
+    output_dir, verify_images, labels = _check_export_arguments(model, output_dir, quantize, verify_images, labels)
+    metadata = dict(metadata or {})
+
+    tflite_bytes = convert(model, quantize, representative_images)
+    result = verify(tflite_bytes, model, verify_images)
+    failures = _refuse_unless_forced(quantize, result, force)
+    result = {
+        "quantize": quantize,
+        **result,
+        "tolerance": dict(TOLERANCES[quantize]),
+        "float_ops": float_ops(tflite_bytes),
+        "forced": bool(failures),
+    }
+    ours = {**result, **_input_and_output(model)}
+    clashes = sorted(set(metadata) & set(ours))
+    if clashes:
+        raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
+    return {**result, **_write_variant(output_dir, quantize, tflite_bytes, labels, {**metadata, **ours})}
+
+
+def _check_export_arguments(model, output_dir, quantize, verify_images, labels):
+    """`export_tflite`'s checks, before any work; returns the absolute `output_dir`, the images and the labels."""
     check_choice(quantize, QUANTIZATIONS, "quantize")
     output_dir = os.path.abspath(os.fspath(output_dir))
     if os.path.lexists(output_dir):
@@ -367,13 +398,13 @@ def export_tflite(
             "images of shape (n, height, width, channels); received verify_images=None"
         )
     verify_images = _check_images(verify_images, model, "verify_images")
-    num_classes = int(model.output_shape[-1])
     if labels is not None:
-        labels = _check_labels(labels, num_classes)
-    metadata = dict(metadata or {})
+        labels = _check_labels(labels, int(model.output_shape[-1]))
+    return output_dir, verify_images, labels
 
-    tflite_bytes = convert(model, quantize, representative_images)
-    result = verify(tflite_bytes, model, verify_images)
+
+def _refuse_unless_forced(quantize, result, force):
+    """Raises if `result` misses `TOLERANCES[quantize]`, or only warns under `force`; returns the misses."""
     failures = check_tolerance(quantize, result)
     if failures and not force:
         raise ValueError(
@@ -385,28 +416,28 @@ def export_tflite(
         warnings.warn(
             f"WRITING A TFLITE MODEL THAT FAILED VERIFICATION (force=True): {quantize!r} is not within "
             f"{TOLERANCES[quantize]} of the Keras model: {'; '.join(failures)}",
-            stacklevel=2,
+            stacklevel=3,  # export_tflite's caller
         )
-    result = {
-        "quantize": quantize,
-        **result,
-        "tolerance": dict(TOLERANCES[quantize]),
-        "float_ops": float_ops(tflite_bytes),
-        "forced": bool(failures),
-    }
-    ours = {
-        **result,
+    return failures
+
+
+def _input_and_output(model):
+    """The `input` and `output` entries of metadata.json: what every variant takes and returns."""
+    return {
         "input": {"shape": list(input_shape(model)), "dtype": "float32", "range": list(INPUT_RANGE)},
         "output": {
-            "shape": [1, num_classes],
+            "shape": [1, int(model.output_shape[-1])],
             "dtype": "float32",
             "kind": "probabilities" if outputs_probabilities(model) else "logits",
         },
     }
-    clashes = sorted(set(metadata) & set(ours))
-    if clashes:
-        raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
 
+
+def _write_variant(output_dir, quantize, tflite_bytes, labels, metadata):
+    """Writes the `FILES` into a staging directory renamed to `output_dir` last; returns their paths.
+
+    An interrupted export so leaves no directory that looks complete.
+    """
     tflite_name, labels_name, metadata_name = (name.format(quantize=quantize) for name in FILES)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
@@ -420,14 +451,13 @@ def export_tflite(
             with open(os.path.join(staging, labels_name), "w") as f:
                 f.write("".join(label + "\n" for label in labels))
         with open(os.path.join(staging, metadata_name), "w") as f:
-            json.dump({**metadata, **ours}, f, indent=2, sort_keys=True)
+            json.dump(metadata, f, indent=2, sort_keys=True)
         # os.rename fails on a non-empty target, so a finished export made meanwhile survives.
         os.rename(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return {
-        **result,
         "output_dir": output_dir,
         "tflite_path": os.path.join(output_dir, tflite_name),
         "labels_path": os.path.join(output_dir, labels_name) if labels is not None else None,
