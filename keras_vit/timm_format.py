@@ -1,0 +1,532 @@
+"""timm / Hugging Face `safetensors` ViT and DeiT checkpoints, read without torch.
+
+timm (`timm/models/vision_transformer.py`, `deit.py`) saves a model as
+`model.safetensors` plus `config.json` (`timm.models.save_for_hf`, the layout
+of `timm/...` repositories on the Hugging Face hub). `read` turns either that
+directory or a bare `.safetensors` file into a `ViTConfig` and arrays under
+the official google-research/vision_transformer `.npz` keys, which
+`keras_vit.checkpoints` then loads like any official file. Two extension keys,
+`fc_norm/scale` and `fc_norm/bias`, carry timm's LayerNorm after pooling.
+
+The architecture comes from the files alone: `config.json` (its
+`architecture`, looked up in `ARCHITECTURES`, then `pretrained_cfg`, then
+`model_args`, the precedence timm's own loader applies), checked against the
+weight shapes; without `config.json`, from the shapes alone. What keras_vit
+cannot represent (distillation and register tokens, layer scale, pre-norm,
+attention pooling, qk-norm, no qkv bias, ...) raises a ValueError naming the
+file, rather than being dropped.
+"""
+
+import json
+import logging
+import math
+import os
+import re
+
+import numpy as np
+
+from keras_vit.config import ViTConfig
+
+# ------------------------------------------------------------------ safetensors
+# The format (huggingface/safetensors): 8-byte little-endian header length N,
+# N bytes of JSON {name: {dtype, shape, data_offsets}, "__metadata__": {...}},
+# then the raw little-endian bytes, offsets relative to the end of the header.
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+
+
+def read_safetensors(path):
+    """`{name: np.ndarray}` of a local `.safetensors` file.
+
+    F32, F16 and F64 keep their dtype; BF16 becomes float32 (exactly: bf16 is
+    the upper half of a float32). Other dtypes, and files whose header or
+    data do not add up, raise a ValueError naming the file.
+    """
+    path = str(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        header, start = _read_header(f, path, size)
+        return {name: _read_tensor(f, path, name, entry, start, size)
+                for name, entry in header.items() if name != "__metadata__"}
+
+
+def _read_header(f, path, size):
+    """The JSON header and the offset its data starts at."""
+    head = f.read(8)
+    if len(head) < 8:
+        raise ValueError(f"{path} is not a safetensors file: expected an 8-byte header length, found {len(head)} bytes")
+    length = int.from_bytes(head, "little")
+    if length > size - 8:
+        raise ValueError(f"{path} is truncated or not a safetensors file: its header length is {length} bytes "
+                         f"but only {size - 8} bytes follow")
+    try:
+        header = json.loads(f.read(length).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a safetensors file: expected a JSON header, found {exc}") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path} is not a safetensors file: expected a JSON object header, "
+                         f"found {type(header).__name__}")
+    return header, 8 + length
+
+
+def _read_tensor(f, path, name, entry, start, size):
+    """One tensor, checked: a known dtype and exactly the bytes its shape needs, all present."""
+    try:
+        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)):
+            raise ValueError
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {entry!r}; expected "
+                         "{dtype, shape, data_offsets: [begin, end]} of non-negative ints") from None
+    if dtype not in _DTYPES:
+        raise ValueError(f"{path}: tensor {name!r} has dtype {dtype}; keras_vit reads {sorted(_DTYPES)}")
+    needed = math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize
+    if end - begin != needed:
+        raise ValueError(f"{path}: tensor {name!r} of shape {shape} and dtype {dtype} needs {needed} bytes; "
+                         f"its data_offsets [{begin}, {end}) hold {end - begin}")
+    if start + end > size:
+        raise ValueError(f"{path} is truncated: tensor {name!r} needs bytes up to {start + end}, "
+                         f"found a file of {size} bytes")
+    f.seek(start + begin)
+    data = bytearray(needed)
+    f.readinto(data)
+    array = np.frombuffer(data, dtype=_DTYPES[dtype]).reshape(shape)
+    if dtype == "BF16":
+        array = (array.astype(np.uint32) << 16).view(np.float32)
+    return array
+
+
+# ------------------------------------------------------------- architectures
+# timm's registered ViT/DeiT builders keras_vit reads, with the model_args each
+# passes (`@register_model` functions of vision_transformer.py and deit.py,
+# timm 1.0.31); img_size is the resolution in the name. `num_heads` cannot be
+# read off the weights, hence the table. tests/fixtures/timm/architectures.json
+# holds what timm itself builds for every such name; a test compares.
+_SIZES = {  # name: (embed_dim, depth, num_heads)
+    "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12),
+    "large": (1024, 24, 16), "huge": (1280, 32, 16), "giant": (1408, 40, 16),
+}
+_GAP = dict(class_token=False, global_pool="avg", fc_norm=False)
+
+
+def _architecture(family, size, patch, resolution, **extra):
+    embed_dim, depth, num_heads = _SIZES[size]
+    name = f"{family}_{size}_patch{patch}_{'gap_' if extra else ''}{resolution}"
+    args = dict(embed_dim=embed_dim, depth=depth, num_heads=num_heads, patch_size=patch, img_size=resolution)
+    if size == "giant":
+        args["mlp_ratio"] = 48 / 11
+    return name, {**args, **extra}
+
+
+ARCHITECTURES = dict(
+    [_architecture("vit", "tiny", 16, r) for r in (224, 384)]
+    + [_architecture("vit", "small", p, r) for p in (16, 32) for r in (224, 384)]
+    + [_architecture("vit", "small", 8, 224), _architecture("vit", "base", 8, 224)]
+    + [_architecture("vit", s, p, r) for s in ("base", "large") for p in (16, 32) for r in (224, 384)]
+    + [_architecture("vit", s, 14, 224) for s in ("large", "huge", "giant")]
+    + [_architecture("deit", s, 16, 224) for s in ("tiny", "small", "base")]
+    + [_architecture("deit", "base", 16, 384)]
+    + [_architecture("vit", "base", 16, 224, **_GAP, num_heads=16), _architecture("vit", "huge", 14, 224, **_GAP),
+       _architecture("vit", "huge", 16, 448, **_GAP), _architecture("vit", "giant", 16, 224, **_GAP)]
+)
+
+# timm's width -> heads of its named sizes, for files without config.json.
+HEADS_BY_WIDTH = {192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1280: 16}
+
+# model_args keras_vit represents (mapped in `_config`), and those that only
+# shape training or initialisation (no effect on the outputs).
+_READ_ARGS = {"img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth", "num_heads",
+              "mlp_ratio", "class_token", "pos_embed", "no_embed_class", "fc_norm", "dynamic_img_size",
+              "drop_path_rate", "attn_drop_rate", "proj_drop_rate"}
+_TRAINING_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "weight_init", "fix_init"}
+# model_args that change the network, at the value keras_vit's network has.
+_FIXED_ARGS = {"qkv_bias": True, "qk_norm": False, "scale_attn_norm": False, "scale_mlp_norm": False,
+               "proj_bias": True, "init_values": None, "reg_tokens": 0, "pre_norm": False, "final_norm": True,
+               "pool_include_prefix": False, "dynamic_img_pad": False, "embed_layer": None,
+               "embed_norm_layer": None, "norm_layer": None, "act_layer": None, "block_fn": None,
+               "mlp_layer": None, "attn_layer": None}
+
+# Weights of timm features keras_vit does not have, and what they are.
+_UNSUPPORTED_WEIGHTS = (
+    (r"dist_token|head_dist\..*", "a distillation token (distilled DeiT, `dist_token` / `head_dist`); "
+                                  "use the non-distilled deit_* checkpoint"),
+    (r"reg_token", "register tokens (`reg_token`)"),
+    (r"blocks\.\d+\.ls[12]\.gamma", "layer scale (`ls1.gamma` / `ls2.gamma`, timm's init_values)"),
+    (r"norm_pre\..*", "a LayerNorm before the blocks (`norm_pre`, timm's pre_norm)"),
+    (r"attn_pool\..*", "attention pooling (`attn_pool`, timm's global_pool='map')"),
+    (r"blocks\.\d+\.attn\.[qk]_norm\..*", "qk-norm (`q_norm` / `k_norm`)"),
+    (r"blocks\.\d+\.(attn|mlp)\.norm\..*", "a norm inside attention or the MLP (scale_attn_norm / scale_mlp_norm)"),
+    (r"patch_embed\.norm\..*", "a norm after the patch embedding (`patch_embed.norm`)"),
+)
+
+
+# ------------------------------------------------------------------ reading
+def read(path, num_heads=None, image_size=None):
+    """`(ViTConfig, arrays)` of a timm / Hugging Face checkpoint, `arrays` under official keys.
+
+    Args:
+        path: a `.safetensors` file (a `config.json` beside it is read too) or
+            a directory holding `model.safetensors` and `config.json`.
+        num_heads: int. Only for files without `config.json` whose width is
+            not one of timm's named sizes (`HEADS_BY_WIDTH`).
+        image_size: int or (height, width). Only for files without
+            `config.json` whose position table is not a square grid.
+
+    Returns:
+        The `ViTConfig` (timm's numerics: exact GELU, LayerNorm eps 1e-6,
+        bicubic position resizing) and `{official key: np.ndarray}`.
+
+    Raises:
+        ValueError: naming the file, what was expected and what was found.
+    """
+    weights_path, config_path = _locate(str(path))
+    tensors = read_safetensors(weights_path)
+    _check_supported(tensors, weights_path)
+    facts = _weight_facts(tensors, weights_path)
+    if config_path is None:
+        logging.info("%s has no config.json beside it: its architecture is read off the weight shapes", weights_path)
+        config = _config_from_weights(facts, weights_path, num_heads, image_size)
+    else:
+        config = _config_from_json(_load_json(config_path), facts, config_path, num_heads)
+    return config, _to_official(tensors, config, weights_path)
+
+
+def _locate(path):
+    """`(model.safetensors path, config.json path or None)`."""
+    if os.path.isdir(path):
+        weights, config = os.path.join(path, "model.safetensors"), os.path.join(path, "config.json")
+        if not os.path.isfile(weights):
+            raise ValueError(f"{path} is not a Hugging Face timm model directory: expected model.safetensors, "
+                             f"found {sorted(os.listdir(path))}")
+        if not os.path.isfile(config):
+            raise ValueError(f"{path} is not a Hugging Face timm model directory: expected config.json beside "
+                             "model.safetensors; pass the .safetensors file itself to read its shapes alone")
+        return weights, config
+    if not path.endswith(".safetensors"):
+        raise ValueError(f"Expected a .safetensors file or a Hugging Face model directory; received {path!r}")
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} does not exist (expected a local .safetensors file)")
+    config = os.path.join(os.path.dirname(path), "config.json")
+    return path, config if os.path.isfile(config) else None
+
+
+def _load_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a timm config.json: expected JSON, found {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a timm config.json: expected a JSON object, found {type(data).__name__}")
+    return data
+
+
+def _check_supported(tensors, source):
+    """Raises on weights of a timm feature keras_vit lacks, naming the feature."""
+    for pattern, feature in _UNSUPPORTED_WEIGHTS:
+        found = sorted(name for name in tensors if re.fullmatch(pattern, name))
+        if found:
+            raise ValueError(f"{source} has {feature}, which keras_vit's ViT does not have; found {found[:4]}")
+    no_bias = sorted(bias for name in tensors if name.endswith(".attn.qkv.weight")
+                     and (bias := name[:-len("weight")] + "bias") not in tensors)
+    if no_bias:
+        raise ValueError(f"{source} has attention without qkv bias (timm's qkv_bias=False), which keras_vit's "
+                         f"ViT always has; expected {no_bias[0]}, found none")
+
+
+def _weight_facts(tensors, source):
+    """What the shapes say: patch, width, depth, MLP, channels, tokens, norms, head."""
+    for key in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.mlp.fc1.weight"):
+        if key not in tensors:
+            raise ValueError(f"{source} is not a timm ViT checkpoint: expected a tensor {key!r}, found "
+                             f"{len(tensors)} tensors, e.g. {sorted(tensors)[:6]}")
+    width, channels, patch_h, patch_w = tensors["patch_embed.proj.weight"].shape
+    blocks = {int(m.group(1)) for name in tensors if (m := re.match(r"blocks\.(\d+)\.", name))}
+    pos = tensors.get("pos_embed")
+    return dict(
+        patch_size=(patch_h, patch_w), hidden_size=width, channels=channels,
+        num_layers=max(blocks) + 1, mlp_dim=tensors["blocks.0.mlp.fc1.weight"].shape[0],
+        class_token="cls_token" in tensors, fc_norm="fc_norm.weight" in tensors,
+        positions=None if pos is None else pos.shape[1],
+        classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
+        representation_size=tensors["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in tensors else None,
+    )
+
+
+# Fixed timm conventions: exact (erf) GELU (PyTorch's nn.GELU), LayerNorm eps
+# 1e-6 (timm's ViT norm_layer), position tables resized bicubic
+# (timm's `resample_abs_pos_embed`).
+_TIMM_NUMERICS = dict(gelu_approximate=False, layer_norm_epsilon=1e-6, interpolation="bicubic")
+
+
+def _config_from_weights(facts, source, num_heads, image_size):
+    """A file without config.json: everything from the shapes, heads from timm's sizes."""
+    width = facts["hidden_size"]
+    if num_heads is None:
+        num_heads = HEADS_BY_WIDTH.get(width)
+    if num_heads is None:
+        raise ValueError(f"{source}: the number of attention heads cannot be read off the weights and width "
+                         f"{width} is none of timm's named sizes {HEADS_BY_WIDTH}; pass num_heads")
+    class_token, no_embed_class, grid = _grid_from_positions(facts, source, image_size)
+    # timm's defaults: token pooling with a class token; its fc_norm is on
+    # exactly for average pooling.
+    classifier = "gap" if facts["fc_norm"] or not class_token else "token"
+    return _make_config(source, facts, num_heads=num_heads, grid=grid, classifier=classifier,
+                        no_embed_class=no_embed_class)
+
+
+def _grid_from_positions(facts, source, image_size):
+    """`(class_token, no_embed_class, grid)` from the position table's length (and `image_size`)."""
+    class_token, positions = facts["class_token"], facts["positions"]
+    if image_size is not None:
+        size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        grid = tuple(s // p for s, p in zip(size, facts["patch_size"]))
+        if positions is not None and positions - math.prod(grid) not in (0, int(class_token)):
+            raise ValueError(f"{source}: pos_embed holds {positions} positions; image_size={image_size} "
+                             f"with patch {facts['patch_size']} needs {math.prod(grid)} (+1 with a class token)")
+        return class_token, positions == math.prod(grid) and class_token, grid
+    if positions is None:
+        raise ValueError(f"{source} has no pos_embed and no config.json: the patch grid cannot be read; "
+                         "pass image_size")
+    # timm's default concatenates the class token first and gives it a row
+    # (`no_embed_class=False`); DeiT-3 style gives it none.
+    for prefix, no_embed_class in ((int(class_token), False), (0, True)):
+        side = math.isqrt(positions - prefix)
+        if side * side == positions - prefix:
+            return class_token, no_embed_class and class_token, (side, side)
+    raise ValueError(f"{source}: pos_embed holds {positions} positions, not a square grid (+ class token); "
+                     "pass image_size=(height, width)")
+
+
+def _config_from_json(cfg, facts, source, num_heads):
+    """config.json's architecture and arguments, checked against the shapes."""
+    args = _timm_args(cfg, source)
+    if num_heads is not None and num_heads != args["num_heads"]:
+        raise ValueError(f"{source} says num_heads={args['num_heads']}; received num_heads={num_heads}")
+    pool = args.get("global_pool", "token")
+    if pool not in ("token", "avg"):
+        raise ValueError(f"{source}: global_pool={pool!r}; keras_vit pools 'token' (class token) or 'avg' (mean)")
+    fc_norm = args.get("fc_norm")
+    size = args.get("img_size", 224)
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    patch = args.get("patch_size", 16)
+    patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
+    stated = dict(
+        hidden_size=args.get("embed_dim", 768), num_layers=args.get("depth", 12), patch_size=patch,
+        mlp_dim=int(args.get("embed_dim", 768) * args.get("mlp_ratio", 4.0)), channels=args.get("in_chans", 3),
+        classes=args.get("num_classes", 1000), class_token=args.get("class_token", True),
+        fc_norm=pool == "avg" if fc_norm is None else fc_norm, representation_size=None,
+    )
+    for name, value in stated.items():
+        if value != facts[name]:
+            raise ValueError(f"{source} says {name}={value!r} but the weights have {name}={facts[name]!r}")
+    grid = tuple(s // p for s, p in zip(size, patch))
+    no_embed_class = bool(args.get("no_embed_class", False))
+    _check_positions(facts, grid, no_embed_class, args.get("pos_embed", "learn"), source)
+    return _make_config(source, facts, num_heads=args["num_heads"], grid=grid,
+                        classifier="gap" if pool == "avg" else "token", no_embed_class=no_embed_class,
+                        **_pretrained_fields(cfg), **_training_fields(args))
+
+
+def _timm_args(cfg, source):
+    """timm's model arguments: architecture table < pretrained_cfg < top level < model_args (timm's order)."""
+    pretrained = cfg.get("pretrained_cfg") or cfg  # older files: one flat dict
+    architecture = cfg.get("architecture")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"{source}: architecture {architecture!r} is not a timm ViT/DeiT keras_vit reads; "
+                         f"expected one of {sorted(ARCHITECTURES)}")
+    args = dict(ARCHITECTURES[architecture])
+    if pretrained.get("input_size"):
+        args["in_chans"] = pretrained["input_size"][0]
+        if pretrained.get("fixed_input_size", False):  # as timm: only sizes it fixes
+            args["img_size"] = list(pretrained["input_size"][1:])
+    for key in ("num_classes", "global_pool"):
+        for holder in (pretrained, cfg):
+            if holder.get(key) is not None and not (key == "num_classes" and holder[key] < 0):
+                args[key] = holder[key]
+    model_args = cfg.get("model_args") or {}
+    _check_model_args(model_args, source)
+    args.update({k: v for k, v in model_args.items() if k in _READ_ARGS})
+    return args
+
+
+def _check_model_args(model_args, source):
+    """Unknown arguments, and ones that change the network away from keras_vit's, raise."""
+    unknown = sorted(set(model_args) - _READ_ARGS - _TRAINING_ARGS - set(_FIXED_ARGS))
+    if unknown:
+        raise ValueError(f"{source}: model_args {unknown} are unknown to keras_vit's timm reader; expected only "
+                         f"{sorted(_READ_ARGS | _TRAINING_ARGS | set(_FIXED_ARGS))}")
+    changed = {k: v for k, v in model_args.items() if k in _FIXED_ARGS and v != _FIXED_ARGS[k]}
+    if changed:
+        expected = {k: _FIXED_ARGS[k] for k in changed}
+        raise ValueError(f"{source}: model_args {changed} make a network keras_vit's ViT cannot represent; "
+                         f"expected {expected}")
+    if model_args.get("pos_embed", "learn") not in ("learn", "", "none"):
+        raise ValueError(f"{source}: pos_embed={model_args['pos_embed']!r}; expected 'learn', '' or 'none'")
+
+
+def _check_positions(facts, grid, no_embed_class, pos_embed, source):
+    """The position table must be the stated grid (+ the class token's row unless no_embed_class)."""
+    if pos_embed in ("", "none"):
+        expected = None
+    else:
+        expected = math.prod(grid) + (int(facts["class_token"]) if not no_embed_class else 0)
+    if facts["positions"] != expected:
+        raise ValueError(f"{source} says a {grid[0]}x{grid[1]} patch grid (pos_embed={pos_embed!r}, "
+                         f"no_embed_class={no_embed_class}), hence {expected} positions; the weights' pos_embed "
+                         f"has {facts['positions']}")
+
+
+def _pretrained_fields(cfg):
+    """input_mean / input_std from pretrained_cfg (what timm's transforms normalise with)."""
+    pretrained = cfg.get("pretrained_cfg") or cfg
+    fields = {}
+    if pretrained.get("mean") is not None:
+        fields["input_mean"] = tuple(pretrained["mean"])
+    if pretrained.get("std") is not None:
+        fields["input_std"] = tuple(pretrained["std"])
+    return fields
+
+
+def _training_fields(args):
+    """timm's dropout rates under keras_vit's names (no effect on inference), and dynamic sizes."""
+    fields = dict(drop_path_rate=args.get("drop_path_rate", 0.0), dropout_rate=args.get("proj_drop_rate", 0.0),
+                  attention_dropout_rate=args.get("attn_drop_rate", 0.0))
+    if args.get("dynamic_img_size"):
+        fields["dynamic_image_size"] = True
+    return fields
+
+
+def _make_config(source, facts, num_heads, grid, classifier, no_embed_class, **extra):
+    """The ViTConfig; its own checks' errors name the file."""
+    try:
+        return ViTConfig(
+            patch_size=facts["patch_size"], hidden_size=facts["hidden_size"], mlp_dim=facts["mlp_dim"],
+            num_heads=num_heads, num_layers=facts["num_layers"], channels=facts["channels"],
+            image_size=tuple(g * p for g, p in zip(grid, facts["patch_size"])),
+            classifier=classifier, class_token=facts["class_token"], no_embed_class=no_embed_class,
+            position_embedding="none" if facts["positions"] is None else "learned_1d",
+            fc_norm=facts["fc_norm"], representation_size=facts["representation_size"], classes=facts["classes"],
+            **_TIMM_NUMERICS, **extra,
+        )
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+
+
+# ------------------------------------------------------------------ weights
+_BLOCK = "Transformer/encoderblock_{}/"
+_ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
+_MLP = _BLOCK + "MlpBlock_3/"
+
+
+def _conv_kernel(w, heads):  # (D, C, ph, pw) -> (ph, pw, C, D)
+    return w.transpose(2, 3, 1, 0)
+
+
+def _dense_kernel(w, heads):  # Linear (out, in) -> Dense (in, out)
+    return w.T
+
+
+def _qkv_kernel(w, heads):
+    # Rows are [query; key; value], each D rows in head order: (3D, D) ->
+    # three (D, heads, head_dim).
+    return tuple(part.T.reshape(part.shape[1], heads, -1) for part in np.split(w, 3))
+
+
+def _qkv_bias(b, heads):
+    return tuple(part.reshape(heads, -1) for part in np.split(b, 3))
+
+
+def _out_kernel(w, heads):  # (D_out, heads * head_dim) -> (heads, head_dim, D_out)
+    return w.T.reshape(heads, -1, w.shape[0])
+
+
+def _same(array, heads):
+    return array
+
+
+_QKV = tuple(_ATTENTION + f"{part}/{{kind}}" for part in ("query", "key", "value"))
+
+# (timm name, official key(s), transform): one row per weight.
+RULES = (
+    ("patch_embed.proj.weight", "embedding/kernel", _conv_kernel),
+    ("patch_embed.proj.bias", "embedding/bias", _same),
+    ("cls_token", "cls", _same),
+    ("pos_embed", "Transformer/posembed_input/pos_embedding", _same),
+    ("blocks.{i}.norm1.weight", _BLOCK + "LayerNorm_0/scale", _same),
+    ("blocks.{i}.norm1.bias", _BLOCK + "LayerNorm_0/bias", _same),
+    ("blocks.{i}.attn.qkv.weight", tuple(k.replace("{kind}", "kernel") for k in _QKV), _qkv_kernel),
+    ("blocks.{i}.attn.qkv.bias", tuple(k.replace("{kind}", "bias") for k in _QKV), _qkv_bias),
+    ("blocks.{i}.attn.proj.weight", _ATTENTION + "out/kernel", _out_kernel),
+    ("blocks.{i}.attn.proj.bias", _ATTENTION + "out/bias", _same),
+    ("blocks.{i}.norm2.weight", _BLOCK + "LayerNorm_2/scale", _same),
+    ("blocks.{i}.norm2.bias", _BLOCK + "LayerNorm_2/bias", _same),
+    ("blocks.{i}.mlp.fc1.weight", _MLP + "Dense_0/kernel", _dense_kernel),
+    ("blocks.{i}.mlp.fc1.bias", _MLP + "Dense_0/bias", _same),
+    ("blocks.{i}.mlp.fc2.weight", _MLP + "Dense_1/kernel", _dense_kernel),
+    ("blocks.{i}.mlp.fc2.bias", _MLP + "Dense_1/bias", _same),
+    ("norm.weight", "Transformer/encoder_norm/scale", _same),
+    ("norm.bias", "Transformer/encoder_norm/bias", _same),
+    # keras_vit extension keys: timm's LayerNorm after pooling.
+    ("fc_norm.weight", "fc_norm/scale", _same),
+    ("fc_norm.bias", "fc_norm/bias", _same),
+    # Older timm ImageNet-21k files: the official representation layer.
+    ("pre_logits.fc.weight", "pre_logits/kernel", _dense_kernel),
+    ("pre_logits.fc.bias", "pre_logits/bias", _same),
+    ("head.weight", "head/kernel", _dense_kernel),
+    ("head.bias", "head/bias", _same),
+)
+
+
+def _expected_shapes(config):
+    """`{timm name: shape}` of every weight a timm model of `config` has."""
+    width, mlp, (ph, pw) = config.hidden_size, config.mlp_dim, config.patch_size
+    shapes = {"patch_embed.proj.weight": (width, config.channels, ph, pw), "patch_embed.proj.bias": (width,)}
+    if config.class_token:
+        shapes["cls_token"] = (1, 1, width)
+    if config.position_embedding == "learned_1d":
+        prefix = 0 if config.no_embed_class else config.num_prefix_tokens
+        shapes["pos_embed"] = (1, math.prod(config.grid_size) + prefix, width)
+    block = {"norm1.weight": (width,), "norm1.bias": (width,), "attn.qkv.weight": (3 * width, width),
+             "attn.qkv.bias": (3 * width,), "attn.proj.weight": (width, width), "attn.proj.bias": (width,),
+             "norm2.weight": (width,), "norm2.bias": (width,), "mlp.fc1.weight": (mlp, width),
+             "mlp.fc1.bias": (mlp,), "mlp.fc2.weight": (width, mlp), "mlp.fc2.bias": (width,)}
+    shapes.update({f"blocks.{i}.{name}": shape for i in range(config.num_layers) for name, shape in block.items()})
+    norm = "fc_norm" if config.fc_norm else "norm"
+    shapes.update({f"{norm}.weight": (width,), f"{norm}.bias": (width,)})
+    features = width
+    if config.representation_size:
+        features = config.representation_size
+        shapes.update({"pre_logits.fc.weight": (features, width), "pre_logits.fc.bias": (features,)})
+    if config.classes:
+        shapes.update({"head.weight": (config.classes, features), "head.bias": (config.classes,)})
+    return shapes
+
+
+def _check_names_and_shapes(tensors, config, source):
+    """One error listing missing and unexpected weights and shape mismatches (expected vs the file's)."""
+    expected = _expected_shapes(config)
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    mismatched = {name: (expected[name], tuple(tensors[name].shape)) for name in sorted(set(expected) & set(tensors))
+                  if tuple(tensors[name].shape) != expected[name]}
+    if missing or unexpected or mismatched:
+        raise ValueError(
+            f"{source} does not match the timm ViT its configuration describes; missing weights: {missing}; "
+            f"unknown weights: {unexpected}; shape mismatches (expected, found): {mismatched}"
+        )
+
+
+def _to_official(tensors, config, source):
+    """`{official key: array}` of every timm weight; anything unknown has raised before."""
+    _check_names_and_shapes(tensors, config, source)
+    arrays = {}
+    for name, keys, transform in RULES:
+        for i in range(config.num_layers) if "{i}" in name else (None,):
+            array = tensors.get(name.format(i=i))
+            if array is None:
+                continue
+            converted = transform(array, config.num_heads)
+            for key, value in zip((keys,) if isinstance(keys, str) else keys,
+                                  (converted,) if isinstance(keys, str) else converted):
+                arrays[key.format(i)] = np.ascontiguousarray(value)
+    return arrays
