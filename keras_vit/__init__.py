@@ -3,7 +3,8 @@
 from keras_vit._version import __version__
 from keras_vit._clash import warn_if_shadowed
 from keras_vit import layers, pretrained
-from keras_vit.checkpoints import load_npz, save_npz
+from keras_vit.config import ViTConfig
+from keras_vit.checkpoints import config_from_checkpoint, load_checkpoint, load_npz, save_npz
 from keras_vit.imagenet import decode_predictions
 from keras_vit.model import (
     R26_ViT_B32,
@@ -12,6 +13,7 @@ from keras_vit.model import (
     R50_ViT_L32,
     R_ViT_Ti16,
     ViT,
+    ViTModel,
     ViT_B8,
     ViT_B16,
     ViT_B32,

@@ -14,6 +14,7 @@ the format; the official code ignores keys it does not know.
 """
 
 import io
+import json
 import logging
 import math
 import os
@@ -21,7 +22,9 @@ import re
 
 import numpy as np
 
+from keras_vit.config import TRAINING_FIELDS, ViTConfig
 from keras_vit.layers import PositionEmbedding, ScannedEncoder
+from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.variants import SIZES, STEMS
 
 # GroupNorm scale and bias are (C,) here and (1, 1, 1, C) in released files.
@@ -59,6 +62,9 @@ RULES = (
     (r"encoder_block_(\d+)/mlp/dense_2/(kernel|bias)", r"Transformer/encoderblock_\1/MlpBlock_3/Dense_1/\2"),
     (r"encoder_norm/gamma", "Transformer/encoder_norm/scale"),
     (r"encoder_norm/beta", "Transformer/encoder_norm/bias"),
+    # keras_vit extension: timm's LayerNorm after pooling.
+    (r"fc_norm/gamma", "fc_norm/scale"),
+    (r"fc_norm/beta", "fc_norm/bias"),
     (r"pre_logits/(kernel|bias)", r"pre_logits/\1"),
     (r"head/(kernel|bias)", r"head/\1"),
 )
@@ -113,8 +119,8 @@ def _square_grid(num_patches, key):
     side = math.isqrt(num_patches)
     if side * side != num_patches:
         raise ValueError(
-            f"{key} holds {num_patches} patch positions, not a square grid; "
-            "pass `source_grid_size=(rows, cols)`"
+            f"{key} holds {num_patches} patch positions, not a square grid; give its grid: "
+            "`image_size=(height, width)` to ViT.from_checkpoint, `source_grid_size=(rows, cols)` to a loader"
         )
     return side, side
 
@@ -155,17 +161,158 @@ def describe(arrays):
     return f"{name} ({details})" if name else f"an unnamed configuration ({details})"
 
 
+def is_weights_file(weights):
+    """Whether `weights` names a file (or hub directory) rather than named pretrained weights."""
+    text = str(weights)
+    return text.endswith((".npz", ".safetensors", ".weights.h5")) or os.path.isdir(text)
+
+
+def checkpoint_stem(path):
+    """A model name from a checkpoint's file name: "ViT-B_16.npz" -> "ViT-B_16"."""
+    stem = os.path.basename(str(path).rstrip("/"))
+    return re.sub(r"\W", "_", stem.rsplit(".", 1)[0] if "." in stem else stem)
+
+
+def _local_file(path):
+    """`path` as a local name, an official file's URL fetched once into the Keras cache; its format checked."""
+    text = str(path)
+    if text.endswith(".npz") and text.startswith(("http://", "https://")):
+        from keras_vit import pretrained
+
+        return pretrained.fetch(text)
+    if not (text.endswith((".npz", ".safetensors")) or os.path.isdir(text)):
+        raise ValueError(
+            "A checkpoint must be an official '.npz' (path or URL), a timm / Hugging Face '.safetensors' file "
+            f"or a Hugging Face model directory; received {text!r}"
+        )
+    return text
+
+
+def read_checkpoint(path, image_size=None):
+    """`(ViTConfig, arrays)`: any supported checkpoint, its arrays under official keys.
+
+    `.npz`: an official file (local, `gs://`, or `https://`) or one keras_vit
+    wrote; `.safetensors` or a directory: timm / Hugging Face
+    (`keras_vit.timm_format`). `image_size` gives the grid of a non-square
+    official table.
+    """
+    text = _local_file(path)
+    if not text.endswith(".npz"):
+        from keras_vit import timm_format
+
+        return timm_format.read(text)
+    arrays = read_npz(text)
+    return official_config(arrays, text, image_size), arrays
+
+
+def config_from_checkpoint(path, **overrides):
+    """The `ViTConfig` a checkpoint holds, read from the file alone.
+
+    Official `.npz` files: every released kind (class token or GAP,
+    `pre_logits`, 1-D/2-D/relative position tables, hybrids, headless); files
+    keras_vit wrote carry their whole configuration. timm / Hugging Face
+    `.safetensors`: `config.json` when present, else the weight shapes.
+
+    Raises:
+        ValueError: naming the file, what was expected and what was found.
+    """
+    return read_checkpoint(path, overrides.get("image_size"))[0].replace(**overrides)
+
+
+def load_checkpoint(model, path, source_grid_size=None):
+    """Loads any supported checkpoint (see `read_checkpoint`) into `model`."""
+    text = _local_file(path)
+    if text.endswith(".npz"):
+        return load_arrays(model, read_npz(text), text, source_grid_size)
+    from keras_vit import timm_format
+
+    return load_arrays(model, timm_format.read(text)[1], text, source_grid_size)
+
+
+# keras_vit extension: the writer's whole ViTConfig as JSON (a 0-d string array).
+CONFIG_KEY = "keras_vit/config"
+_BLOCK = "Transformer/encoderblock_{}/"
+_ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
+
+
+def official_config(arrays, source, image_size=None):
+    """The `ViTConfig` of official-format `arrays`: the stored one, else read off the shapes.
+
+    `image_size` replaces the size read off the position tables (needed for a non-square `learned_1d` grid).
+    """
+    if CONFIG_KEY in arrays:
+        return ViTConfig.from_dict(json.loads(str(arrays[CONFIG_KEY])))
+    for key in ("embedding/kernel", _ATTENTION.format(0) + "query/kernel", _BLOCK.format(0) + "MlpBlock_3/Dense_0/kernel"):
+        if key not in arrays:
+            raise ValueError(f"{source} is not a ViT checkpoint in the official format: it has no {key!r} "
+                             f"(found {len(arrays)} arrays, e.g. {sorted(arrays)[:5]})")
+    patch_h, patch_w, _, width = arrays["embedding/kernel"].shape
+    fields = dict(
+        patch_size=(patch_h, patch_w),
+        hidden_size=width,
+        num_heads=arrays[_ATTENTION.format(0) + "query/kernel"].shape[1],
+        mlp_dim=arrays[_BLOCK.format(0) + "MlpBlock_3/Dense_0/kernel"].shape[-1],
+        num_layers=len({m.group(1) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}),
+        class_token="cls" in arrays,
+        classifier="token" if "cls" in arrays else "gap",
+        classes=arrays["head/kernel"].shape[-1] if "head/kernel" in arrays else 0,
+        representation_size=arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else None,
+        **_official_stem(arrays),
+    )
+    fields["channels"] = (arrays["conv_root/kernel"] if "conv_root/kernel" in arrays else arrays["embedding/kernel"]).shape[2]
+    fields["position_embedding"], grid = _official_positions(arrays, fields["class_token"], source, image_size)
+    stride = output_stride(fields["resnet_num_layers"]) if "resnet_num_layers" in fields else 1
+    image_size = image_size or (grid[0] * patch_h * stride, grid[1] * patch_w * stride)
+    return ViTConfig(**fields, image_size=image_size)
+
+
+def _official_stem(arrays):
+    """A hybrid's ResNet fields read off its units and root width; {} without a stem."""
+    if "conv_root/kernel" not in arrays:
+        return {}
+    stages = tuple(len({k.split("/")[1] for k in arrays if k.startswith(f"block{i}/")})
+                   for i in range(1, 5) if f"block{i}/unit1/conv1/kernel" in arrays)
+    return dict(resnet_num_layers=stages, resnet_width_factor=arrays["conv_root/kernel"].shape[-1] / 64)
+
+
+def _official_positions(arrays, class_token, source, image_size):
+    """`(kind, grid)`: the position embedding the tables are, and the patch grid they are made for."""
+    posembed, relative = "Transformer/posembed_input/", _ATTENTION.format(0) + "relative_embedding"
+    if posembed + "pos_embedding" in arrays:
+        positions = arrays[posembed + "pos_embedding"].shape[1] - class_token
+        return "learned_1d", None if image_size else _square_grid(positions, f"{source}: pos_embedding")
+    if posembed + "row_embedding" in arrays:
+        return "learned_2d", (len(arrays[posembed + "row_embedding"]), len(arrays[posembed + "column_embedding"]))
+    if relative in arrays and arrays[relative].ndim == 4:
+        return "relative_2d", tuple((n + 1) // 2 for n in arrays[relative].shape[:2])
+    if relative in arrays:
+        length = (len(arrays[relative]) + 1) // 2 - class_token
+        return "relative", None if image_size else _square_grid(length, f"{source}: relative_embedding")
+    raise ValueError(
+        f"{source} has no position table: it was made with position_embedding 'sincos_2d' or 'none', which "
+        "hold no weights, and a file not written by keras_vit does not say which. Pass "
+        "position_embedding='sincos_2d' or 'none' (and image_size) to ViT(...) with weights=this file"
+    )
+
+
 def load_npz(model, path, source_grid_size=None):
-    """Loads an official `.npz` checkpoint into a keras_vit model.
+    """Loads an official `.npz` checkpoint into a keras_vit model (`load_arrays`)."""
+    return load_arrays(model, read_npz(path), str(path), source_grid_size)
+
+
+def load_arrays(model, arrays, source, source_grid_size=None):
+    """Loads checkpoint `arrays` (official keys) into a keras_vit model.
 
     Position embeddings made for another grid are resampled the model's way
-    (corner-aligned bilinear by default, the official resize); a head made
-    for another number of classes is re-initialised to zeros, as the paper
-    fine-tunes.
+    (corner-aligned bilinear by default, the official resize). As the
+    official fine-tuning code: a head for another number of classes, or one
+    the file lacks, is re-initialised to zeros; a `pre_logits` layer the
+    model lacks is dropped.
 
     Args:
         model: a model from `keras_vit.ViT` or a named builder.
-        path: local path, `gs://` path or anything `tf.io.gfile` opens.
+        arrays: dict of official key -> array (`read_checkpoint`).
+        source: the file's name, for messages.
         source_grid_size: optional (rows, cols) of the checkpoint's patch
             grid, for non-square grids; square grids are inferred.
 
@@ -173,60 +320,80 @@ def load_npz(model, path, source_grid_size=None):
         ValueError: listing every missing key, unexpected key and shape
             mismatch (model shape vs file shape) at once.
     """
-    arrays = read_npz(path)
-    resized = {}  # layer name -> its tables resampled to the model's grid
-    values, missing, mismatched = {}, [], []  # values: (variable id, block) -> array
+    described = describe(arrays)
+    arrays = _drop_unused_top(model, arrays)
     entries = list(_entries(model))
+    values, missing, mismatched = {}, [], []  # values: (variable id, block) -> array
+    resized = {}  # layer path -> its tables resampled to the model's grid
     for path_in_model, weight, block in entries:
         key, transform = official_key(path_in_model)
-        if key not in arrays:
+        if key not in arrays and not path_in_model.startswith("head/"):
             missing.append(key)
             continue
-        value = arrays[key]
         shape = tuple(weight.shape if block is None else weight.shape[1:])
-        if transform == GROUP_NORM and value.size == math.prod(shape):
-            value = value.reshape(shape)
-        if tuple(value.shape) != shape:
-            layer_path, name = path_in_model.rsplit("/", 1)
-            layer_name = layer_path.split("/")[0]
-            if block is not None and name.endswith("relative_embedding"):
-                raise ValueError(
-                    f"{key} is made for another grid: {value.shape} vs {shape}. Resizing relative "
-                    "tables needs the unrolled blocks: load into a model with scan_layers=False, "
-                    "save it with save_npz, and load that file"
-                )
-            if layer_path == "position_embedding" or name.endswith("relative_embedding"):
-                if layer_path not in resized:
-                    layer = model.get_layer(layer_name)
-                    layer = layer if layer_path == layer_name else layer.attention
-                    resized[layer_path] = _resize_tables(layer, arrays, source_grid_size)
-                value = resized[layer_path][name]
-            elif layer_name == "head":
-                logging.warning("The checkpoint's head has %s classes; the model's %s-class head is "
-                                "re-initialised to zeros", value.shape[-1], shape[-1])
-                value = np.zeros(shape, np.float32)
-            else:
-                mismatched.append(f"{key}: model {shape} vs file {tuple(value.shape)}")
-                continue
-        values[id(weight), block] = value
-    unexpected = set(arrays) - {official_key(path_in_model)[0] for path_in_model, _, _ in entries}
-    if not any(layer.name == "head" for layer in model.layers):
-        # A model without its top takes the features of a full checkpoint.
-        unexpected -= {"head/kernel", "head/bias"}
-    unexpected = sorted(unexpected)
+        value = _fit(model, arrays, key, transform, path_in_model, shape, block, resized, source_grid_size)
+        if value is None:
+            mismatched.append(f"{key}: model {shape} vs file {tuple(arrays[key].shape)}")
+        else:
+            values[id(weight), block] = value
+    unexpected = sorted(set(arrays) - {official_key(p)[0] for p, _, _ in entries} - {CONFIG_KEY})
     if missing or unexpected or mismatched:
         raise ValueError(
-            f"The checkpoint {path} does not fit the model {model.name!r}: it looks like "
-            f"{describe(arrays)}.\n"
+            f"The checkpoint {source} does not fit the model {model.name!r}: it looks like "
+            f"{described}.\n"
             f"Missing keys: {missing}\nUnexpected keys: {unexpected}\n"
             f"Shape mismatches: {mismatched}"
         )
+    _assign(model, values)
+    return model
+
+
+def _drop_unused_top(model, arrays):
+    """`arrays` without the head a headless model lacks and the pre_logits a model without them lacks."""
+    names = {layer.name for layer in model.layers}
+    drop = set()
+    if "head" not in names:  # a model without its top takes the features of a full checkpoint
+        drop |= {"head/kernel", "head/bias"}
+    if "pre_logits" not in names and "pre_logits/kernel" in arrays:
+        logging.info("The checkpoint's pre_logits layer is dropped: the model has none (official fine-tuning)")
+        drop |= {"pre_logits/kernel", "pre_logits/bias"}
+    return {key: value for key, value in arrays.items() if key not in drop}
+
+
+def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, source_grid_size):
+    """The file's array for one model weight, made to `shape`; None when it cannot fit."""
+    layer_path, name = path_in_model.rsplit("/", 1)
+    layer_name = layer_path.split("/")[0]
+    if layer_name == "head" and (key not in arrays or tuple(arrays[key].shape) != shape):
+        found = "no head" if key not in arrays else f"a head {key} of shape {arrays[key].shape}"
+        logging.warning("The checkpoint has %s; the model's head (%s) is re-initialised to zeros", found, shape)
+        return np.zeros(shape, np.float32)
+    value = arrays[key]
+    if transform == GROUP_NORM and value.size == math.prod(shape):
+        value = value.reshape(shape)
+    if tuple(value.shape) == shape:
+        return value
+    if not (layer_path == "position_embedding" or name.endswith("relative_embedding")):
+        return None
+    if block is not None:
+        raise ValueError(
+            f"{key} is made for another grid: {value.shape} vs {shape}. Resizing relative "
+            "tables needs the unrolled blocks: load into a model with scan_layers=False, "
+            "save it with save_npz, and load that file"
+        )
+    if layer_path not in resized:
+        layer = model.get_layer(layer_name)
+        layer = layer if layer_path == layer_name else layer.attention
+        resized[layer_path] = _resize_tables(layer, arrays, source_grid_size)
+    return resized[layer_path][name]
+
+
+def _assign(model, values):
     for weight in model.weights:
         if (id(weight), None) in values:
             weight.assign(values[id(weight), None])
         else:  # stacked: one array per block
             weight.assign(np.stack([values[id(weight), b] for b in range(weight.shape[0])]))
-    return model
 
 
 def _resize_tables(layer, arrays, source_grid_size):
@@ -238,7 +405,7 @@ def _resize_tables(layer, arrays, source_grid_size):
     """
     tables = {w.name: arrays[official_key(w.path)[0]] for w in layer.weights
               if w.name.endswith("embedding")}
-    prefix = layer.num_prefix_tokens
+    prefix = layer.prefix_rows if isinstance(layer, PositionEmbedding) else layer.num_prefix_tokens
     config = layer.get_config()
     if isinstance(layer, PositionEmbedding) and layer.kind == "learned_2d":
         grid = (len(tables["row_embedding"]), len(tables["column_embedding"]))
@@ -262,6 +429,20 @@ def _resize_tables(layer, arrays, source_grid_size):
     return source.resized_weights(layer.grid_size)
 
 
+def _config_not_in_shapes(config, arrays):
+    """Whether `config` must be stored: the shapes of `arrays` alone would be read as another one.
+
+    Official kinds are read back from their shapes, so their files keep exactly the official keys.
+    """
+    if config is None:
+        return False
+    try:
+        inferred = official_config(arrays, "the model's arrays")
+    except ValueError:  # sincos_2d or none, a non-square grid
+        return True
+    return inferred.replace(**{name: getattr(config, name) for name in TRAINING_FIELDS}) != config
+
+
 def save_npz(model, path):
     """Writes `model`'s weights as an official `.npz` checkpoint.
 
@@ -275,6 +456,8 @@ def save_npz(model, path):
             numpy[id(weight)] = np.asarray(weight.numpy(), np.float32)
         value = numpy[id(weight)] if block is None else numpy[id(weight)][block]
         arrays[key] = value.reshape(1, 1, 1, -1) if transform == GROUP_NORM else value
+    if _config_not_in_shapes(getattr(model, "vit_config", None), arrays):
+        arrays[CONFIG_KEY] = np.array(json.dumps(model.vit_config.to_dict(), sort_keys=True))
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     path, gfile = str(path), _gfile()

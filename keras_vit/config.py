@@ -202,6 +202,8 @@ class ViTConfig:
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(ViTConfig)}
+# Fields that shape training only: the same weights compute the same function whatever they are.
+TRAINING_FIELDS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers")
 
 
 def _check_int(name, value, low):

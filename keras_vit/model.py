@@ -1,12 +1,10 @@
-"""`ViT(...)` and the named builders `ViT_B16()`, `ViT_L16()`, ...
+"""`ViT(config)` and the named builders `ViT_B16()`, `ViT_L16()`, ...
 
 The model of Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR
 2021), following google-research/vision_transformer (`models_vit.py`) so its
-checkpoints load one to one, with the `keras.applications` signature.
-
-    image -> [ResNetStem] -> PatchEmbedding -> [ClassToken] -> PositionEmbedding -> Dropout
-          -> EncoderBlock x num_layers (or one ScannedEncoder) -> LayerNorm ("encoder_norm")
-          -> SequencePooling -> [Dense tanh "pre_logits"] -> Dense "head"
+checkpoints load one to one, with the `keras.applications` signature. The
+builder is a composition of named steps: input, embedding, encoder, pooling,
+head; each reads the `ViTConfig`.
 """
 
 import logging
@@ -15,264 +13,303 @@ import keras
 
 from keras_vit import checkpoints, pretrained
 from keras_vit import layers as vit_layers
+from keras_vit.config import FIELDS, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
-from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.layers.utils import check_choice, to_pair
 from keras_vit.variants import decode_variant
 
-CLASSIFIERS = ("token", "gap")
-POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d", "none")
 POOLINGS = (None, "token", "avg", "max")
-DEFAULT_IMAGE_SIZE = 224
 
 
-def _resolve_input_shape(image_size, input_shape, input_tensor, dynamic_image_size):
-    """Returns `(image_size, input_shape)`: the grid's pixel size and the Input's shape."""
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViTModel(keras.Model):
+    """A functional ViT that carries its `ViTConfig` (`vit_config`).
+
+    Keras saves and restores the layer graph as for any functional model
+    (dtype policies and an `input_tensor`'s upstream layers included); the
+    configuration rides along in `get_config()`.
+    """
+
+    # *args/**kwargs: Keras serialises a functional subclass only when its
+    # constructor looks like Functional's (keras/src/models/functional.py).
+    def __init__(self, *args, vit_config=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if isinstance(vit_config, dict):
+            vit_config = ViTConfig.from_dict(vit_config)
+        self.vit_config = vit_config
+
+    def get_config(self):
+        config = super().get_config()
+        if self.vit_config is not None:
+            config["vit_config"] = self.vit_config.to_dict()
+        return config
+
+
+def resolve_config(config, fields, input_shape=None, input_tensor=None):
+    """The `ViTConfig` of a build: `config` (or the defaults) with `fields` and the input's shape applied."""
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise TypeError(f"ViT() got unknown argument(s) {unknown}; the architecture fields are {sorted(FIELDS)}")
+    if config is None:
+        config = ViTConfig(**fields)
+    elif not isinstance(config, ViTConfig):
+        raise TypeError(f"`config` must be a keras_vit.ViTConfig; received {type(config).__name__}")
+    else:
+        config = config.replace(**fields)
+    return _with_input_shape(config, input_shape, input_tensor, explicit_size="image_size" in fields)
+
+
+def _with_input_shape(config, input_shape, input_tensor, explicit_size):
+    """`config` with the image size and channels of `input_shape` (or `input_tensor`'s)."""
     if input_shape is None and input_tensor is not None:
         input_shape = tuple(input_tensor.shape[1:])
-    if input_shape is not None:
-        input_shape = tuple(input_shape)
-        if len(input_shape) != 3:
-            raise ValueError(
-                "`input_shape` must be (height, width, channels); "
-                f"received input_shape={input_shape}"
-            )
-    channels = 3 if input_shape is None else input_shape[2]
-    spatial = None if input_shape is None else input_shape[:2]
-    if spatial is not None and None not in spatial:
-        if image_size is not None and to_pair(image_size, "image_size") != spatial:
-            raise ValueError(
-                "`image_size` and `input_shape` disagree: "
-                f"received image_size={image_size} and input_shape={input_shape}"
-            )
-        image_size = spatial
-    elif spatial is not None and not dynamic_image_size:
-        raise ValueError(
-            "An input of unknown height or width needs dynamic_image_size=True; "
-            f"received input_shape={input_shape}"
-        )
-    image_size = to_pair(DEFAULT_IMAGE_SIZE if image_size is None else image_size, "image_size")
-    if dynamic_image_size:
-        return image_size, (None, None, channels)
-    return image_size, (*image_size, channels)
+    if input_shape is None:
+        return config
+    input_shape = tuple(input_shape)
+    if len(input_shape) != 3:
+        raise ValueError(f"`input_shape` must be (height, width, channels); received input_shape={input_shape}")
+    spatial, channels = input_shape[:2], input_shape[2]
+    changes = {} if channels in (None, config.channels) else _channel_changes(config, channels)
+    if None not in spatial:
+        if explicit_size and config.image_size != spatial:
+            raise ValueError("`image_size` and `input_shape` disagree: received "
+                             f"image_size={config.image_size} and input_shape={input_shape}")
+        changes["image_size"] = spatial
+    elif not config.dynamic_image_size:
+        raise ValueError(f"An input of unknown height or width needs dynamic_image_size=True; received input_shape={input_shape}")
+    return config.replace(**changes)
+
+
+def _channel_changes(config, channels):
+    """Another channel count keeps a normalisation that is the same for every channel (as the official one)."""
+    if len(set(config.input_mean)) > 1 or len(set(config.input_std)) > 1:
+        raise ValueError(f"input_shape has {channels} channels, but the configuration normalises its "
+                         f"{config.channels} channels differently (input_mean={config.input_mean}, "
+                         f"input_std={config.input_std}): pass input_mean and input_std for {channels} channels")
+    return dict(channels=channels, input_mean=config.input_mean[:1] * channels, input_std=config.input_std[:1] * channels)
+
+
+def _check_top(config, include_top, pooling):
+    """Whether the model gets its head: `include_top` checked against the configuration."""
+    check_choice(pooling, POOLINGS, "pooling")
+    include_top = config.classes > 0 if include_top is None else include_top
+    if include_top and not config.classes:
+        raise ValueError("include_top=True needs a head: the configuration has classes=0 (no head); "
+                         "pass classes=N or include_top=False")
+    if pooling == "token" and not config.class_token:
+        raise ValueError(f"pooling='token' needs a class token; received classifier={config.classifier!r} "
+                         f"and class_token={config.class_token}")
+    return include_top
+
+
+def _image_input(config, input_tensor):
+    """`(inputs, images)`: the model's Input(s) and the image tensor its layers start from."""
+    height, width = (None, None) if config.dynamic_image_size else config.image_size
+    shape = (height, width, config.channels)
+    if input_tensor is None:
+        images = keras.Input(shape=shape, name="images")
+        return images, images
+    if keras.backend.is_keras_tensor(input_tensor):
+        # As keras.applications: the model starts at the tensor's own Input(s).
+        inputs = keras.utils.get_source_inputs(input_tensor)
+        return (inputs[0] if len(inputs) == 1 else inputs), input_tensor
+    images = keras.Input(tensor=input_tensor, shape=shape, name="images")
+    return images, images
+
+
+def _embed(config, images):
+    """Images to the token sequence: [stem], patches, [class token], positions, dropout."""
+    features = images
+    if config.resnet_num_layers is not None:
+        features = vit_layers.ResNetStem(config.resnet_num_layers, config.resnet_width_factor,
+                                         name="resnet_stem")(images)
+    patches = vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, name="patch_embedding")(features)
+    prefix = vit_layers.ClassToken(name="class_token")(patches) if config.class_token else None
+    relative = config.position_embedding.startswith("relative")
+    tokens = vit_layers.PositionEmbedding(
+        "none" if relative else config.position_embedding,
+        grid_size=config.grid_size,
+        num_prefix_tokens=config.num_prefix_tokens,
+        interpolation=config.interpolation,
+        prefix_positions=not config.no_embed_class,
+        name="position_embedding",
+    )(patches, prefix_tokens=prefix)
+    return keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(tokens)
+
+
+def _encode(config, tokens):
+    """The encoder blocks, unrolled or as one `ScannedEncoder`."""
+    relative = config.position_embedding if config.position_embedding.startswith("relative") else None
+    block_config = dict(
+        num_heads=config.num_heads,
+        mlp_dim=config.mlp_dim,
+        dropout_rate=config.dropout_rate,
+        attention_dropout_rate=config.attention_dropout_rate,
+        layer_norm_epsilon=config.layer_norm_epsilon,
+        gelu_approximate=config.gelu_approximate,
+        relative_position=relative,
+        grid_size=config.grid_size if relative else None,
+        num_prefix_tokens=config.num_prefix_tokens,
+        interpolation=config.interpolation,
+    )
+    if config.scan_layers:
+        block_config["drop_path_rate"] = config.drop_path_rate  # the last block's: each block gets its linear_rate
+        return vit_layers.ScannedEncoder(config.num_layers, block_config, name="encoder")(tokens)
+    for i in range(config.num_layers):
+        rate = linear_rate(config.drop_path_rate, i, config.num_layers)
+        tokens = vit_layers.EncoderBlock(**block_config, drop_path_rate=rate, name=f"encoder_block_{i}")(tokens)
+    return tokens
+
+
+def _pool(config, tokens, pooling):
+    """The sequence to one vector: final norm (before or, with `fc_norm`, after pooling), [pre_logits]."""
+    norm = lambda name: keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)  # noqa: E731
+    if not config.fc_norm:
+        tokens = norm("encoder_norm")(tokens)
+    mode = {None: config.classifier, "token": "token", "avg": "gap", "max": "max"}[pooling]
+    features = vit_layers.SequencePooling(mode, config.num_prefix_tokens, name="pooling")(tokens)
+    if config.fc_norm:
+        features = norm("fc_norm")(features)
+    if config.representation_size:
+        features = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(features)
+    return features
+
+
+def _head(config, features, classifier_activation):
+    # The head starts at zero (the paper's fine-tuning rule) and computes
+    # in the variable dtype, so logits are float32 under mixed precision.
+    return keras.layers.Dense(
+        config.classes,
+        activation=classifier_activation,
+        kernel_initializer="zeros",
+        bias_initializer="zeros",
+        dtype=keras.mixed_precision.dtype_policy().variable_dtype,
+        name="head",
+    )(features)
 
 
 def ViT(
+    config=None,
     *,
-    patch_size,
-    hidden_size,
-    mlp_dim,
-    num_heads,
-    num_layers,
-    image_size=None,
-    include_top=True,
+    include_top=None,
     weights=None,
     input_tensor=None,
     input_shape=None,
     pooling=None,
-    classes=1000,
     classifier_activation="softmax",
-    classifier="token",
-    representation_size=None,
-    position_embedding="learned_1d",
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
-    drop_path_rate=0.0,
-    layer_norm_epsilon=1e-6,
-    dynamic_image_size=False,
-    interpolation="bilinear",
-    resnet_num_layers=None,
-    resnet_width_factor=1.0,
-    scan_layers=False,
     name="vit",
+    **fields,
 ):
-    """Builds a Vision Transformer with every field given explicitly.
+    """Builds a Vision Transformer from a `ViTConfig` and/or its fields.
+
+        image -> [ResNetStem] -> PatchEmbedding -> [ClassToken] -> PositionEmbedding -> Dropout
+              -> EncoderBlock x num_layers (or one ScannedEncoder) -> LayerNorm "encoder_norm"
+              -> SequencePooling -> [LayerNorm "fc_norm"] -> [Dense tanh "pre_logits"] -> Dense "head"
 
     Args:
-        patch_size: int or (int, int). Patch size in pixels.
-        hidden_size: int. Token width D.
-        mlp_dim: int. Hidden width of each MLP.
-        num_heads: int. Attention heads per block.
-        num_layers: int. Encoder blocks.
-        image_size: int or (height, width). Resolution the position tables
-            are made for. Defaults to `input_shape`'s, else 224.
-        include_top: bool. Whether to add the classification head; without
-            it the model returns the pooled features. Defaults to True.
-        weights: None; the path or URL of an official `.npz` checkpoint
-            (local, `gs://`, or `https://`, downloaded once into the Keras
-            cache; position tables are resized to `image_size` and a head
-            for other `classes` restarts at zero); or a Keras weights file
-            (`*.weights.h5`). Named weights go through the named builders.
-            Defaults to None.
+        config: optional `keras_vit.ViTConfig`; `fields` override it.
+            Without it, the fields given build one (its defaults are ViT-B/16
+            at 224 px).
+        include_top: bool. Add the classification head (`config.classes`
+            classes); without it the model returns the pooled features.
+            Defaults to True when `classes > 0`.
+        weights: None; the path or URL of a checkpoint (an official `.npz`,
+            local, `gs://` or `https://`, downloaded once into the Keras
+            cache; a timm / Hugging Face `.safetensors` file or directory);
+            or a Keras weights file (`*.weights.h5`). Position tables are
+            resized to the model's grid; a head of other `classes`, or one
+            the file lacks, restarts at zero; a `pre_logits` layer the model
+            lacks is dropped (the official fine-tuning). To build the model
+            a checkpoint describes, use `ViT.from_checkpoint(path)`.
         input_tensor: optional Keras tensor (output of `keras.Input`) to
             use as the image input.
-        input_shape: optional `(height, width, channels)`; height and width
-            may be None with `dynamic_image_size=True`.
+        input_shape: optional `(height, width, channels)`; sets
+            `image_size` and `channels`. Height and width may be None with
+            `dynamic_image_size=True`.
         pooling: feature pooling when `include_top=False`: None (the
             `classifier`'s), `"token"`, `"avg"` (mean of patch tokens) or
             `"max"`. Ignored when `include_top=True`.
-        classes: int. Number of classes of the head. Defaults to 1000.
         classifier_activation: activation of the head (`"softmax"`, or None
             for logits). Defaults to `"softmax"`.
-        classifier: `"token"` (class token) or `"gap"` (global average
-            pooling, no class token). Defaults to `"token"`.
-        representation_size: optional int. Width of the tanh `pre_logits`
-            layer before the head (the ImageNet-21k pre-training models).
-        position_embedding: one of `"learned_1d"`, `"learned_2d"`,
-            `"sincos_2d"`, `"relative"`, `"relative_2d"`, `"none"`.
-            Defaults to `"learned_1d"`.
-        dropout_rate: float. Dropout after the embeddings, attention and in
-            the MLPs. Defaults to 0.
-        attention_dropout_rate: float. Dropout on attention weights.
-            Defaults to 0.
-        drop_path_rate: float. Stochastic depth of the last block; earlier
-            blocks rise linearly from 0 (DeiT's schedule). Defaults to 0.
-        layer_norm_epsilon: float. Defaults to 1e-6, the official value.
-        dynamic_image_size: bool. Accept any resolution at call time; the
-            position embeddings are resampled in the graph. Defaults to False.
-        interpolation: `"bilinear"` (corner-aligned, official) or
-            `"bicubic"` (timm's): how position tables are resampled.
-        resnet_num_layers: None, or the bottleneck units per stage of a
-            ResNet stem that makes a hybrid (e.g. (3, 4, 9) for R50);
-            `()` is the root block alone. Defaults to None (no stem).
-        resnet_width_factor: float. Channel multiplier of the stem.
-            Defaults to 1.
-        scan_layers: bool. Hold the encoder blocks' weights stacked in one
-            `ScannedEncoder` layer ("encoder") run by a loop, instead of
-            `encoder_block_0`, ...: the same function and checkpoints,
-            compiled by XLA in a quarter to half the time, but training
-            steps ~16% slower on CPU (BUILD.md).
-            Defaults to False.
         name: str. The model's name.
+        **fields: any field of `keras_vit.ViTConfig` (`patch_size`,
+            `hidden_size`, `mlp_dim`, `num_heads`, `num_layers`,
+            `image_size`, `classes`, `classifier`, `position_embedding`,
+            `representation_size`, `drop_path_rate`, `scan_layers`, ...; see
+            its documentation).
 
     Returns:
-        A `keras.Model` from `(batch, height, width, channels)` images in
-        [-1, 1] (see `keras_vit.preprocess_input`) to `(batch, classes)`
-        scores, or `(batch, width)` features without the top. The encoded
-        token sequence is `model.get_layer("encoder_norm").output`.
+        A `ViTModel` (a functional `keras.Model` with `.vit_config`) from
+        `(batch, height, width, channels)` images normalised as
+        `keras_vit.preprocess_input(pixels, config=model.vit_config)` does
+        to `(batch, classes)` scores, or `(batch, width)` features without
+        the top. The encoded sequence is `model.get_layer("encoder_norm").output`.
+
+    Example:
+    >>> model = ViT(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2,
+    ...             image_size=16, classes=10)
+    >>> model.output_shape, model.vit_config.grid_size
+    ((None, 10), (4, 4))
     """
-    check_choice(classifier, CLASSIFIERS, "classifier")
-    check_choice(position_embedding, POSITION_EMBEDDINGS, "position_embedding")
-    check_choice(pooling, POOLINGS, "pooling")
-    if pooling == "token" and classifier != "token":
-        raise ValueError(
-            "pooling='token' needs a class token (classifier='token'); "
-            f"received classifier={classifier!r}"
-        )
-    if include_top and (not isinstance(classes, int) or classes < 1):
-        raise ValueError(f"`classes` must be a positive int; received classes={classes!r}")
-    if dynamic_image_size and position_embedding == "relative_2d":
-        raise ValueError(
-            "position_embedding='relative_2d' needs a fixed grid; received dynamic_image_size=True. "
-            "Use 'relative' or build one model per resolution."
-        )
-    patch_size = to_pair(patch_size, "patch_size")
-    image_size, input_shape = _resolve_input_shape(
-        image_size, input_shape, input_tensor, dynamic_image_size
-    )
-    # Pixels per token: the patch, times the stem's output stride for hybrids.
-    stride = 1 if resnet_num_layers is None else output_stride(resnet_num_layers)
-    token_size = (patch_size[0] * stride, patch_size[1] * stride)
-    if image_size[0] % token_size[0] or image_size[1] % token_size[1]:
-        what = f"`patch_size`={patch_size}" + (f" times the ResNet stride {stride}" if stride > 1 else "")
-        raise ValueError(
-            f"`image_size` must be divisible by {what}; received image_size={image_size}"
-        )
-    grid_size = (image_size[0] // token_size[0], image_size[1] // token_size[1])
-
-    if input_tensor is None:
-        images = inputs = keras.Input(shape=input_shape, name="images")
-    elif keras.backend.is_keras_tensor(input_tensor):
-        # As keras.applications: the model starts at the tensor's own Input(s).
-        images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
-        inputs = inputs[0] if len(inputs) == 1 else inputs
-    else:
-        images = inputs = keras.Input(tensor=input_tensor, shape=input_shape, name="images")
-
-    num_prefix_tokens = 1 if classifier == "token" else 0
-    relative = position_embedding if position_embedding.startswith("relative") else None
-    features = images
-    if resnet_num_layers is not None:
-        features = vit_layers.ResNetStem(resnet_num_layers, resnet_width_factor, name="resnet_stem")(images)
-    patches = vit_layers.PatchEmbedding(patch_size, hidden_size, name="patch_embedding")(features)
-    prefix = vit_layers.ClassToken(name="class_token")(patches) if num_prefix_tokens else None
-    tokens = vit_layers.PositionEmbedding(
-        "none" if relative else position_embedding,
-        grid_size=grid_size,
-        num_prefix_tokens=num_prefix_tokens,
-        interpolation=interpolation,
-        name="position_embedding",
-    )(patches, prefix_tokens=prefix)
-    tokens = keras.layers.Dropout(dropout_rate, name="embedding_dropout")(tokens)
-    block_config = dict(
-        num_heads=num_heads,
-        mlp_dim=mlp_dim,
-        dropout_rate=dropout_rate,
-        attention_dropout_rate=attention_dropout_rate,
-        layer_norm_epsilon=layer_norm_epsilon,
-        relative_position=relative,
-        grid_size=grid_size if relative else None,
-        num_prefix_tokens=num_prefix_tokens,
-        interpolation=interpolation,
-    )
-    if scan_layers:
-        block_config["drop_path_rate"] = drop_path_rate  # the last block's: each block gets its linear_rate
-        tokens = vit_layers.ScannedEncoder(num_layers, block_config, name="encoder")(tokens)
-    else:
-        for i in range(num_layers):
-            tokens = vit_layers.EncoderBlock(
-                **block_config,
-                drop_path_rate=linear_rate(drop_path_rate, i, num_layers),
-                name=f"encoder_block_{i}",
-            )(tokens)
-    tokens = keras.layers.LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(tokens)
-
-    if include_top or pooling is None:
-        mode = classifier
-    else:
-        mode = {"token": "token", "avg": "gap", "max": "max"}[pooling]
-    outputs = vit_layers.SequencePooling(mode, num_prefix_tokens, name="pooling")(tokens)
-    if representation_size:
-        outputs = keras.layers.Dense(representation_size, activation="tanh", name="pre_logits")(outputs)
+    config = resolve_config(config, fields, input_shape, input_tensor)
+    include_top = _check_top(config, include_top, pooling)
+    if not include_top:
+        config = config.replace(classes=0)
+    inputs, images = _image_input(config, input_tensor)
+    tokens = _encode(config, _embed(config, images))
+    outputs = _pool(config, tokens, None if include_top else pooling)
     if include_top:
-        # The head starts at zero (the paper's fine-tuning rule) and computes
-        # in the variable dtype, so logits are float32 under mixed precision.
-        outputs = keras.layers.Dense(
-            classes,
-            activation=classifier_activation,
-            kernel_initializer="zeros",
-            bias_initializer="zeros",
-            dtype=keras.mixed_precision.dtype_policy().variable_dtype,
-            name="head",
-        )(outputs)
-    model = keras.Model(inputs, outputs, name=name)
+        outputs = _head(config, outputs, classifier_activation)
+    model = ViTModel(inputs, outputs, vit_config=config, name=name)
     if weights is not None:
         load_weights(model, weights)
     return model
 
 
+def from_checkpoint(path, *, include_top=None, classifier_activation="softmax", name=None, **overrides):
+    """Builds the model a checkpoint describes and loads it: `ViT.from_checkpoint(path)`.
+
+    Args:
+        path: an official `.npz` (local, `gs://`, `https://`), or a timm /
+            Hugging Face `.safetensors` file or hub directory.
+        include_top: bool. Defaults to True when the file has a head.
+        classifier_activation: the head's activation. Defaults to "softmax".
+        name: the model's name. Defaults to the file's stem.
+        **overrides: `ViTConfig` fields that differ from the file's, e.g.
+            `image_size=384` (position tables resized), `classes=10` (a new
+            head at zero), `representation_size=None` (pre_logits dropped),
+            `drop_path_rate=0.1`.
+
+    Returns:
+        A `ViTModel` with the checkpoint's weights.
+    """
+    config = checkpoints.config_from_checkpoint(path, **overrides)
+    name = name or checkpoints.checkpoint_stem(path)
+    return ViT(config, include_top=include_top, weights=path, classifier_activation=classifier_activation, name=name)
+
+
+ViT.from_checkpoint = from_checkpoint
+
+
 def load_weights(model, weights):
-    """Loads `weights` into `model`: an `.npz` path or URL, or `*.weights.h5`."""
-    path = str(weights)
-    if path.endswith(".weights.h5"):
-        model.load_weights(path)
-    elif path.endswith(".npz"):
-        if path.startswith(("http://", "https://")):
-            path = pretrained.fetch(path)
-        checkpoints.load_npz(model, path)
-    else:
+    """Loads `weights` into `model`: a checkpoint (`.npz`, `.safetensors`, hub directory) or `*.weights.h5`."""
+    if not checkpoints.is_weights_file(weights):
         raise ValueError(
-            "`weights` must be None, the path or URL of an official '.npz' checkpoint, a Keras "
-            "'.weights.h5' file, or (in a named builder such as ViT_B16) the name of pretrained "
-            f"weights; received weights={weights!r}"
+            "`weights` must be None, the path or URL of a checkpoint (official '.npz', timm / Hugging Face "
+            "'.safetensors' or model directory), a Keras '.weights.h5' file, or (in a named builder such as "
+            f"ViT_B16) the name of pretrained weights; received weights={weights!r}"
         )
+    if str(weights).endswith(".weights.h5"):
+        model.load_weights(str(weights))
+    else:
+        checkpoints.load_checkpoint(model, weights)
 
 
 BASE_DOCSTRING = """Builds {title}.
 
     {hidden_size} wide, {num_layers} blocks of {num_heads} heads, MLP {mlp_dim}
     (Dosovitskiy et al., 2021, Table 1){stem}. The `keras.applications` signature,
-    plus any field of `keras_vit.ViT` as a keyword (`image_size`,
+    plus any field of `keras_vit.ViTConfig` as a keyword (`image_size`,
     `classifier`, `representation_size`, `position_embedding`,
     `dropout_rate`, `attention_dropout_rate`, `drop_path_rate`,
     `dynamic_image_size`, ...).
@@ -293,10 +330,10 @@ BASE_DOCSTRING = """Builds {title}.
             else 1000; another number restarts the head at zero.
         classifier_activation: head activation; None for logits. Defaults
             to `"softmax"`.
-        **kwargs: any other field of `keras_vit.ViT`.
+        **kwargs: any other field of `keras_vit.ViTConfig`, or `name`.
 
     Returns:
-        A `keras.Model`; inputs are images in [-1, 1]
+        A `ViTModel`; inputs are images in [-1, 1]
         (`keras_vit.preprocess_input`).
 
     Example:
@@ -308,7 +345,7 @@ BASE_DOCSTRING = """Builds {title}.
 
 def _named_builder(variant):
     """A `keras.applications`-style builder for `variant` ("B/16", "R50+B/16")."""
-    fields = decode_variant(variant)
+    config = decode_variant(variant)
     stem, _, body = variant.rpartition("+")
     size, stride = body.split("/")
     builder_name = f"{stem}_ViT_{size}{stride}".lstrip("_")
@@ -324,7 +361,7 @@ def _named_builder(variant):
         **kwargs,
     ):
         kwargs.setdefault("name", builder_name.lower())
-        if weights is not None and not str(weights).endswith((".npz", ".weights.h5")):
+        if weights is not None and not checkpoints.is_weights_file(weights):
             entry = pretrained.resolve(variant, weights)
             if input_shape is None and input_tensor is None:
                 kwargs.setdefault("image_size", entry.image_size)
@@ -334,7 +371,7 @@ def _named_builder(variant):
                 logging.warning("%s has a zeroed head: use it for features or fine-tuning", entry.name)
             weights = entry.url
         return ViT(
-            **fields,
+            config,
             include_top=include_top,
             weights=weights,
             input_tensor=input_tensor,
@@ -348,11 +385,12 @@ def _named_builder(variant):
     builder.__name__ = builder.__qualname__ = builder_name
     stem_note = ""
     if stem:
-        stem_note = (f", behind a ResNet stem of {fields['resnet_num_layers']} units per stage "
-                     f"and {fields['patch_size']}x{fields['patch_size']} patches on its features")
+        stem_note = (f", behind a ResNet stem of {config.resnet_num_layers} units per stage "
+                     f"and {config.patch_size[0]}x{config.patch_size[1]} patches on its features")
     builder.__doc__ = BASE_DOCSTRING.format(
         title=f"{stem}+ViT-{body}".lstrip("+"), stem=stem_note, builder=builder_name,
-        example_size=int(stride) * 4, **fields
+        example_size=int(stride) * 4, hidden_size=config.hidden_size, num_layers=config.num_layers,
+        num_heads=config.num_heads, mlp_dim=config.mlp_dim,
     )
     return builder
 

@@ -1,32 +1,39 @@
-"""Input scaling of the official checkpoints: pixels to [-1, 1]."""
+"""Input scaling: pixels to what the weights expect (the official checkpoints: [-1, 1])."""
 
 import numpy as np
 from keras import ops
 
-# What `preprocess_input` makes of [0, 255]: the official checkpoints' input range.
+# What `preprocess_input` makes of [0, 255] by default: the official checkpoints' input range.
 INPUT_RANGE = (-1.0, 1.0)
 
 
-def preprocess_input(x, data_format=None):
-    """Maps pixels in `[0, 255]` to `[-1, 1]`, the official checkpoints' range.
+def preprocess_input(x, data_format=None, config=None):
+    """Maps pixels in `[0, 255]` to the model's input: `(x / 255 - mean) / std`.
 
     Args:
-        x: numpy array or tensor of pixels in [0, 255], any shape, any real
-            or integer dtype.
+        x: numpy array or tensor of pixels in [0, 255], `(..., channels)`,
+            any real or integer dtype.
         data_format: ignored; present for the `keras.applications`
-            signature (the scaling is per pixel).
+            signature (channels are last).
+        config: optional `keras_vit.ViTConfig` (e.g. `model.vit_config`)
+            whose `input_mean` and `input_std` to use; without it, the
+            official 0.5 and 0.5, i.e. `x / 127.5 - 1`, in [-1, 1].
 
     Returns:
-        float32 `x / 127.5 - 1`: a numpy array for numpy input, else a tensor.
+        float32: a numpy array for numpy input, else a tensor.
 
     Example:
     >>> preprocess_input(np.array([0, 255], "uint8"))
     array([-1.,  1.], dtype=float32)
     """
     del data_format
-    if isinstance(x, (np.ndarray, list, tuple, int, float)):
-        return np.asarray(x, np.float32) / np.float32(127.5) - np.float32(1.0)
-    return ops.cast(x, "float32") / 127.5 - 1.0
+    numpy_in = isinstance(x, (np.ndarray, list, tuple, int, float))
+    x = np.asarray(x, np.float32) if numpy_in else ops.cast(x, "float32")
+    if config is None or set(config.input_mean) == set(config.input_std) == {0.5}:
+        return x / np.float32(127.5) - np.float32(1.0)
+    mean = np.asarray(config.input_mean, np.float32) * np.float32(255.0)
+    std = np.asarray(config.input_std, np.float32) * np.float32(255.0)
+    return (x - mean) / std
 
 
 def resize_and_center_crop(image, size, crop_fraction=1.0, interpolation="bilinear"):

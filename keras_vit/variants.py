@@ -1,4 +1,4 @@
-"""The named ViT configurations: the only table of model sizes.
+"""The named ViT configurations: the only table of model sizes, read as `ViTConfig`s.
 
 Widths, depths and heads are Table 1 of Dosovitskiy et al. (2021) for
 Base, Large and Huge, and Table 1 of Touvron et al. (2021, DeiT) for Tiny and
@@ -11,6 +11,8 @@ stride: ResNet stem stride times its patch size.
 
 import dataclasses
 import re
+
+from keras_vit.config import ViTConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,17 +62,18 @@ STEMS = {
 
 
 def decode_variant(variant):
-    """Returns the architecture fields of a variant such as `"B/16"`.
+    """Returns the `ViTConfig` of a variant such as `"B/16"` or `"R50+B/16"`.
 
     Args:
-        variant: str. `"<size>/<patch>"` with size in Ti, S, B, L, H.
+        variant: str. `"<size>/<patch>"` with size in Ti, S, B, L, H, or a
+            hybrid `"<stem>+<size>/<total stride>"`.
 
     Returns:
-        dict with `patch_size`, `hidden_size`, `mlp_dim`, `num_heads` and
-        `num_layers`, ready to pass to `keras_vit.ViT`.
+        A `keras_vit.ViTConfig` (224 px, 1000 classes, the official
+        numerics); pass it to `keras_vit.ViT` with any field changed.
 
     Example:
-    >>> decode_variant("S/16")["hidden_size"]
+    >>> decode_variant("S/16").hidden_size
     384
     """
     match = re.fullmatch(r"(?:(R\d*)\+)?(\w+)/(\d+)", str(variant))
@@ -84,4 +87,16 @@ def decode_variant(variant):
     fields = {"patch_size": int(match.group(3)), **dataclasses.asdict(SIZES[match.group(2)])}
     if stem:
         fields.update(dataclasses.asdict(stem))
-    return fields
+    return ViTConfig(**fields)
+
+
+def variant_name(config):
+    """The variant a configuration's encoder is (e.g. "B/16", "R50+B/16"), or None."""
+    size = next((name for name, s in SIZES.items() if dataclasses.astuple(s) == (
+        config.hidden_size, config.mlp_dim, config.num_heads, config.num_layers)), None)
+    if size is None or config.patch_size[0] != config.patch_size[1]:
+        return None
+    if config.resnet_num_layers is None:
+        return f"{size}/{config.patch_size[0]}"
+    return next((f"{stem}+{size}/{stride}" for (stem, stride), s in STEMS.items()
+                 if (s.resnet_num_layers, s.patch_size) == (config.resnet_num_layers, config.patch_size[0])), None)

@@ -50,10 +50,98 @@ def test_save_then_load_is_bit_exact(tmp_path, case):
     model = checkpoints.load_npz(build(case), FIXTURES / f"{case}.npz")
     path = checkpoints.save_npz(model, tmp_path / "out.npz")
     written = checkpoints.read_npz(path)
-    assert sorted(written) == sorted(source)
+    # Official kinds are read back from their shapes alone; a non-square grid is not, so it is stored.
+    stored = {checkpoints.CONFIG_KEY} if case == "rectangular" else set()
+    assert sorted(written) == sorted(set(source) | stored)
     for key in source:
         np.testing.assert_array_equal(written[key], source[key], err_msg=key)
     assert not list(tmp_path.glob("*.tmp-*"))
+    assert checkpoints.config_from_checkpoint(path) == model.vit_config
+
+
+@pytest.mark.parametrize("case", ["token", "gap", "representation", "hybrid"])
+def test_from_checkpoint_reads_the_architecture_off_an_official_file(case):
+    c, io = CASES[case], np.load(FIXTURES / f"{case}_io.npz")
+    config = keras_vit.config_from_checkpoint(FIXTURES / f"{case}.npz")
+    assert config == build(case).vit_config
+    assert (config.num_layers, config.num_heads, config.classes, c["classifier"]) == (2, 4, 10, config.classifier)
+    model = keras_vit.ViT.from_checkpoint(FIXTURES / f"{case}.npz", classifier_activation=None)
+    np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=ATOL)
+
+
+def test_a_non_square_official_grid_is_given_by_image_size():
+    with pytest.raises(ValueError, match="not a square grid; give its grid: `image_size=\\(height, width\\)`"):
+        keras_vit.config_from_checkpoint(FIXTURES / "rectangular.npz")
+    model = keras_vit.ViT.from_checkpoint(FIXTURES / "rectangular.npz", image_size=(32, 48), classifier_activation=None)
+    io = np.load(FIXTURES / "rectangular_io.npz")
+    np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=ATOL)
+
+
+TINY = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=32, classes=5)
+
+
+@pytest.mark.parametrize("fields, stored", [
+    (dict(position_embedding="learned_2d"), False),
+    (dict(position_embedding="relative", classifier="gap"), False),
+    (dict(position_embedding="relative_2d"), False),
+    (dict(position_embedding="sincos_2d", classifier="gap"), True),
+    (dict(position_embedding="none"), True),
+    (dict(classes=0), False),
+    (dict(resnet_num_layers=(), patch_size=2, representation_size=16), False),
+    (dict(fc_norm=True, classifier="gap", class_token=True, gelu_approximate=False), True),
+], ids=["learned_2d", "relative", "relative_2d", "sincos_2d", "none", "headless", "hybrid_root", "timm_avg"])
+def test_every_kind_round_trips_through_its_file(tmp_path, fields, stored):
+    model = keras_vit.ViT(**{**TINY, **fields}, classifier_activation=None)
+    randomize_weights(model, scale=0.2)
+    path = checkpoints.save_npz(model, tmp_path / "m.npz")
+    assert (checkpoints.CONFIG_KEY in checkpoints.read_npz(path)) == stored
+    assert keras_vit.config_from_checkpoint(path) == model.vit_config
+    loaded = keras_vit.ViT.from_checkpoint(path, classifier_activation=None)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(loaded(images)), np.asarray(model(images)), atol=1e-5)
+    rewritten = checkpoints.read_npz(checkpoints.save_npz(loaded, tmp_path / "again.npz"))
+    original = checkpoints.read_npz(path)
+    assert sorted(rewritten) == sorted(original)
+    for key in original:
+        np.testing.assert_array_equal(rewritten[key], original[key], err_msg=key)
+
+
+def test_an_official_file_without_position_tables_must_be_told_its_kind(tmp_path):
+    arrays = checkpoints.read_npz(FIXTURES / "gap.npz")
+    del arrays["Transformer/posembed_input/pos_embedding"]
+    np.savez(tmp_path / "nopos.npz", **arrays)
+    with pytest.raises(ValueError, match="nopos.npz has no position table.*'sincos_2d' or 'none'"):
+        keras_vit.config_from_checkpoint(tmp_path / "nopos.npz")
+
+
+def test_a_file_that_is_not_a_vit_names_what_it_lacks(tmp_path):
+    np.savez(tmp_path / "other.npz", foo=np.zeros(3))
+    with pytest.raises(ValueError, match="other.npz is not a ViT checkpoint.*no 'embedding/kernel'.*'foo'"):
+        keras_vit.config_from_checkpoint(tmp_path / "other.npz")
+    with pytest.raises(ValueError, match="received 'model.pt'"):
+        keras_vit.config_from_checkpoint("model.pt")
+
+
+def test_fine_tuning_drops_pre_logits_and_restarts_the_head(caplog):
+    """The official fine-tuning from ImageNet-21k: no representation layer, a new zero head."""
+    io = np.load(FIXTURES / "representation_io.npz")
+    model = keras_vit.ViT.from_checkpoint(FIXTURES / "representation.npz", classes=3, representation_size=None)
+    assert "pre_logits" not in [layer.name for layer in model.layers]
+    assert not model.get_layer("head").kernel.numpy().any() and model.output_shape == (None, 3)
+    features = keras_vit.ViT.from_checkpoint(FIXTURES / "representation.npz", include_top=False,
+                                             representation_size=None)
+    full = keras_vit.ViT.from_checkpoint(FIXTURES / "representation.npz", include_top=False)
+    # The pooled encoder output is untouched: pre_logits is tanh(dense(features)).
+    dense = full.get_layer("pre_logits")
+    np.testing.assert_allclose(np.tanh(np.asarray(features(io["images"])) @ dense.kernel.numpy() + dense.bias.numpy()),
+                               io["pre_logits"], atol=ATOL)
+
+
+def test_a_headless_file_gives_a_model_a_zero_head():
+    model = keras_vit.ViT(**{**TINY, "classes": 0})
+    headless = checkpoints.save_npz(model, pathlib.Path(__import__("tempfile").mkdtemp()) / "f.npz")
+    with_head = keras_vit.ViT.from_checkpoint(headless, classes=7)
+    assert with_head.output_shape == (None, 7) and not with_head.get_layer("head").kernel.numpy().any()
 
 
 @pytest.mark.parametrize("case", ["token", "hybrid"])
@@ -86,7 +174,7 @@ def test_another_architecture_is_refused_with_every_difference_named():
     message = str(error.value)
     assert "it looks like an unnamed configuration (hidden 64, 2 blocks, 4 heads, patch 8, 10 classes, pre_logits 32)" in message
     assert "Missing keys: ['Transformer/encoderblock_2/LayerNorm_0/scale'" in message
-    assert "Unexpected keys: ['pre_logits/bias', 'pre_logits/kernel']" in message
+    assert "Unexpected keys: []" in message  # the pre_logits the model lacks are dropped, as official fine-tuning
 
 
 def test_other_classes_reinitialise_the_head_to_zero():
@@ -131,7 +219,7 @@ def test_keras_vit_kinds_round_trip_and_resize_through_the_format(tmp_path, posi
 def test_non_square_source_grid_must_be_named():
     model = keras_vit.ViT(patch_size=8, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=2,
                           image_size=48, classes=10)
-    with pytest.raises(ValueError, match="not a square grid; pass `source_grid_size"):
+    with pytest.raises(ValueError, match="not a square grid; give its grid.*`source_grid_size=\\(rows, cols\\)`"):
         checkpoints.load_npz(model, FIXTURES / "rectangular.npz")
     checkpoints.load_npz(model, FIXTURES / "rectangular.npz", source_grid_size=(4, 6))
 

@@ -117,6 +117,23 @@ def test_keras_file_round_trip_in_safe_mode(tmp_path, position_embedding, classi
     expected = np.asarray(model(IMAGES))
     np.testing.assert_array_equal(np.asarray(reloaded(IMAGES)), expected)
     assert np.abs(expected).max() > 1e-2
+    assert isinstance(reloaded, keras_vit.ViTModel) and reloaded.vit_config == model.vit_config
+
+
+def test_timm_conventions_compute_what_they_say():
+    """class token kept out of the mean, fc_norm after pooling, no position for the class token, exact GELU."""
+    model = tiny(classifier="gap", class_token=True, fc_norm=True, gelu_approximate=False, include_top=False)
+    randomize_weights(model, scale=0.2)
+    names = [layer.name for layer in model.layers]
+    assert "fc_norm" in names and "encoder_norm" not in names
+    tokens = keras.Model(model.input, model.get_layer("encoder_block_1").output)(IMAGES)
+    norm = model.get_layer("fc_norm")
+    np.testing.assert_allclose(np.asarray(model(IMAGES)), np.asarray(norm(np.asarray(tokens)[:, 1:].mean(1))),
+                               atol=1e-5)
+    assert model.get_layer("encoder_block_0").mlp.gelu_approximate is False
+    no_embed = tiny(no_embed_class=True)
+    table = no_embed.get_layer("position_embedding").embedding
+    assert tuple(table.shape) == (1, 24, 64)  # the grid only: the class token gets no position
 
 
 def test_uint8_input_is_accepted_and_cast():
@@ -253,12 +270,18 @@ def test_weights_argument_loads_a_keras_weights_file(tmp_path):
     (dict(input_shape=(None, None, 3)), "needs dynamic_image_size=True"),
     (dict(image_size=(32, 32), input_shape=(32, 48, 3)), "disagree"),
     (dict(dynamic_image_size=True, position_embedding="relative_2d"), "fixed grid"),
-    (dict(classes=0), "received classes=0"),
-    (dict(scan_layers=True, drop_path_rate=1.0), r"`rate` must be in \[0, 1\); received rate=1.0"),
+    (dict(classes=-1), "received classes=-1"),
+    (dict(classes=0, include_top=True), "include_top=True needs a head: the configuration has classes=0"),
+    (dict(scan_layers=True, drop_path_rate=1.0), r"`drop_path_rate` must be a float in \[0.0, 1\); received drop_path_rate=1.0"),
 ])
 def test_bad_arguments_name_expected_and_received(kwargs, message):
     with pytest.raises(ValueError, match=message):
         tiny(**kwargs)
+
+
+def test_an_unknown_field_is_named():
+    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['hidden_sizes'\]"):
+        tiny(hidden_sizes=32)
 
 
 @pytest.mark.parametrize("shape, expected", [

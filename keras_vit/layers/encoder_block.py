@@ -5,7 +5,7 @@ Pre-norm, as `Encoder1DBlock` of google-research/vision_transformer:
     x = x + DropPath(Mlp(LayerNorm(x)))
 LayerNorm epsilon is 1e-6 (Keras defaults to 1e-3) and GELU uses its tanh
 approximation (the Flax default): the official checkpoints were trained with
-both, and the exact-erf GELU moves logits by ~5e-4.
+both. timm's checkpoints use the exact (erf) GELU: `gelu_approximate=False`.
 """
 
 import keras
@@ -17,21 +17,24 @@ from keras_vit.layers.drop_path import DropPath
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Mlp(keras.layers.Layer):
-    """Dense, GELU (tanh approximation), dropout, dense, dropout.
+    """Dense, GELU, dropout, dense, dropout.
 
     Args:
         mlp_dim: int. Hidden width (4x the model width in every variant).
         dropout_rate: float. Dropout after each dense layer. Defaults to 0.
+        gelu_approximate: bool. GELU by its tanh approximation (official)
+            or exact (timm). Defaults to True.
 
     Example:
     >>> tuple(Mlp(mlp_dim=32)(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
+        self.gelu_approximate = bool(gelu_approximate)
         self.dense_1 = self._dense(self.mlp_dim, "dense_1")
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
 
@@ -52,12 +55,13 @@ class Mlp(keras.layers.Layer):
         self.dense_2.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, inputs, training=None):
-        hidden = ops.gelu(self.dense_1(inputs), approximate=True)
+        hidden = ops.gelu(self.dense_1(inputs), approximate=self.gelu_approximate)
         hidden = self.dropout(hidden, training=training)
         return self.dropout(self.dense_2(hidden), training=training)
 
     def get_config(self):
-        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate}
+        return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,
+                "gelu_approximate": self.gelu_approximate}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -74,6 +78,7 @@ class EncoderBlock(keras.layers.Layer):
         drop_path_rate: float. Stochastic depth of both residual branches.
             Defaults to 0.
         layer_norm_epsilon: float. Defaults to 1e-6 (the official value).
+        gelu_approximate: bool. Passed to `Mlp`. Defaults to True.
         relative_position, grid_size, num_prefix_tokens, interpolation:
             passed to `MultiHeadSelfAttention`.
 
@@ -100,6 +105,7 @@ class EncoderBlock(keras.layers.Layer):
         attention_dropout_rate=0.0,
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
+        gelu_approximate=True,
         relative_position=None,
         grid_size=None,
         num_prefix_tokens=0,
@@ -113,6 +119,7 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.drop_path_rate = float(drop_path_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
         self.relative_position = relative_position
         self.grid_size = grid_size
         self.num_prefix_tokens = num_prefix_tokens
@@ -135,7 +142,7 @@ class EncoderBlock(keras.layers.Layer):
         self.norm_2 = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm_2"
         )
-        self.mlp = Mlp(mlp_dim, dropout_rate=dropout_rate, dtype=policy, name="mlp")
+        self.mlp = Mlp(mlp_dim, dropout_rate, self.gelu_approximate, dtype=policy, name="mlp")
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy, name="drop_path")
 
     def build(self, input_shape):
@@ -161,6 +168,7 @@ class EncoderBlock(keras.layers.Layer):
             "attention_dropout_rate": self.attention_dropout_rate,
             "drop_path_rate": self.drop_path_rate,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
             "relative_position": self.relative_position,
             "grid_size": self.grid_size,
             "num_prefix_tokens": self.num_prefix_tokens,

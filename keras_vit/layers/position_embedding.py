@@ -61,6 +61,9 @@ class PositionEmbedding(keras.layers.Layer):
             (timm's). Defaults to `"bilinear"`.
         initializer: initializer of learned tables. Defaults to a normal with
             stddev 0.02 (the official initialisation).
+        prefix_positions: bool. Whether `learned_1d` has rows for the prefix
+            tokens (official) or leaves them without a position (timm's
+            `no_embed_class`). Defaults to True.
 
     Call arguments:
         patches: `(batch, rows, cols, hidden_size)` patch embeddings. Another
@@ -84,6 +87,7 @@ class PositionEmbedding(keras.layers.Layer):
         num_prefix_tokens=1,
         interpolation="bilinear",
         initializer=None,
+        prefix_positions=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -98,6 +102,9 @@ class PositionEmbedding(keras.layers.Layer):
         self.initializer = keras.initializers.get(
             initializer or keras.initializers.RandomNormal(stddev=0.02)
         )
+        self.prefix_positions = bool(prefix_positions)
+        # Rows of a learned_1d table that belong to prefix tokens.
+        self.prefix_rows = self.num_prefix_tokens if self.prefix_positions else 0
 
     def build(self, patches_shape, prefix_tokens_shape=None):
         if len(patches_shape) != 4:
@@ -110,7 +117,7 @@ class PositionEmbedding(keras.layers.Layer):
         if self.kind == "learned_1d":
             self.embedding = self.add_weight(
                 name="embedding",
-                shape=(1, self.num_prefix_tokens + rows * cols, width),
+                shape=(1, self.prefix_rows + rows * cols, width),
                 initializer=self.initializer,
             )
         elif self.kind == "learned_2d":
@@ -145,7 +152,7 @@ class PositionEmbedding(keras.layers.Layer):
         resample = not static or (rows, cols) != self.grid_size
         if self.kind == "learned_1d":
             grid = ops.reshape(
-                tables["embedding"][0, self.num_prefix_tokens :], (*self.grid_size, -1)
+                tables["embedding"][0, self.prefix_rows :], (*self.grid_size, -1)
             )
             if resample:
                 grid = resize_grid(grid, (rows, cols), self.interpolation)
@@ -174,7 +181,7 @@ class PositionEmbedding(keras.layers.Layer):
         if self.kind == "learned_1d":
             width = tables["embedding"].shape[-1]
             grid = self.grid_table(rows, cols, width, tables)
-            prefix = tables["embedding"][0, : self.num_prefix_tokens]
+            prefix = tables["embedding"][0, : self.prefix_rows]
             table = np.concatenate([prefix, np.asarray(grid)])[None]
             return {"embedding": table.astype(np.float32)}
         if self.kind == "learned_2d":
@@ -204,8 +211,8 @@ class PositionEmbedding(keras.layers.Layer):
             tokens = tokens + ops.cast(table, self.compute_dtype)[None]
         if not self.num_prefix_tokens:
             return tokens
-        if self.kind == "learned_1d":
-            prefix_rows = self.embedding[:, : self.num_prefix_tokens]
+        if self.kind == "learned_1d" and self.prefix_rows:
+            prefix_rows = self.embedding[:, : self.prefix_rows]
             prefix_tokens = prefix_tokens + ops.cast(prefix_rows, self.compute_dtype)
         return ops.concatenate([ops.cast(prefix_tokens, tokens.dtype), tokens], axis=1)
 
@@ -224,4 +231,5 @@ class PositionEmbedding(keras.layers.Layer):
             "num_prefix_tokens": self.num_prefix_tokens,
             "interpolation": self.interpolation,
             "initializer": keras.initializers.serialize(self.initializer),
+            "prefix_positions": self.prefix_positions,
         }
