@@ -169,7 +169,8 @@ def read(path, num_heads=None, image_size=None):
         num_heads: int. Only for files without `config.json` whose width is
             not one of timm's named sizes (`HEADS_BY_WIDTH`).
         image_size: int or (height, width). Only for files without
-            `config.json` whose position table is not a square grid.
+            `config.json` whose position table is not a square grid (used
+            where the table has exactly its positions).
 
     Returns:
         The `ViTConfig` (timm's numerics: exact GELU, LayerNorm eps 1e-6,
@@ -266,33 +267,39 @@ def _config_from_weights(facts, source, num_heads, image_size):
     if num_heads is None:
         raise ValueError(f"{source}: the number of attention heads cannot be read off the weights and width "
                          f"{width} is none of timm's named sizes {HEADS_BY_WIDTH}; pass num_heads")
-    class_token, no_embed_class, grid = _grid_from_positions(facts, source, image_size)
+    no_embed_class, grid = _grid_from_positions(facts, source, image_size)
     # timm's defaults: token pooling with a class token; its fc_norm is on
     # exactly for average pooling.
-    classifier = "gap" if facts["fc_norm"] or not class_token else "token"
+    classifier = "gap" if facts["fc_norm"] or not facts["class_token"] else "token"
     return _make_config(source, facts, num_heads=num_heads, grid=grid, classifier=classifier,
                         no_embed_class=no_embed_class)
 
 
 def _grid_from_positions(facts, source, image_size):
-    """`(class_token, no_embed_class, grid)` from the position table's length (and `image_size`)."""
+    """`(no_embed_class, grid)` from the position table's length, and `image_size` where it fits.
+
+    `image_size` may be the target of a resize rather than the file's size:
+    it is taken only when the table has exactly its positions.
+    """
     class_token, positions = facts["class_token"], facts["positions"]
+    # timm's default gives the class token a row (no_embed_class=False);
+    # DeiT-3 style does not.
+    layouts = ((int(class_token), False), (0, True)) if class_token else ((0, False),)
     if image_size is not None:
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         grid = tuple(s // p for s, p in zip(size, facts["patch_size"]))
-        if positions is not None and positions - math.prod(grid) not in (0, int(class_token)):
-            raise ValueError(f"{source}: pos_embed holds {positions} positions; image_size={image_size} "
-                             f"with patch {facts['patch_size']} needs {math.prod(grid)} (+1 with a class token)")
-        return class_token, positions == math.prod(grid) and class_token, grid
+        if positions is None:
+            return False, grid
+        for prefix, no_embed_class in layouts:
+            if positions - prefix == math.prod(grid):
+                return no_embed_class, grid
     if positions is None:
         raise ValueError(f"{source} has no pos_embed and no config.json: the patch grid cannot be read; "
                          "pass image_size")
-    # timm's default concatenates the class token first and gives it a row
-    # (`no_embed_class=False`); DeiT-3 style gives it none.
-    for prefix, no_embed_class in ((int(class_token), False), (0, True)):
+    for prefix, no_embed_class in layouts:
         side = math.isqrt(positions - prefix)
         if side * side == positions - prefix:
-            return class_token, no_embed_class and class_token, (side, side)
+            return no_embed_class, (side, side)
     raise ValueError(f"{source}: pos_embed holds {positions} positions, not a square grid (+ class token); "
                      "pass image_size=(height, width)")
 

@@ -302,3 +302,17 @@ def test_non_square_patches_keep_their_layout(tmp_path):
     config, arrays = timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
     assert (config.patch_size, config.image_size) == ((4, 16), (16, 64))
     np.testing.assert_array_equal(arrays["embedding/kernel"][3, 9, 2], kernel[:, 2, 3, 9])  # (ph, pw, C, D)
+
+
+def test_bare_file_takes_image_size_where_the_table_fits_it(tmp_path):
+    tensors = augreg_tensors()
+    tensors["pos_embed"] = np.zeros((1, 25, 64), np.float32)  # class token + 4x6, or (no_embed_class) 5x5
+    path = augreg_copy(tmp_path, tensors, with_config=False)
+    config, _ = timm_format.read(path, num_heads=4, image_size=(32, 48))
+    assert (config.grid_size, config.no_embed_class) == ((4, 6), False)
+    # A size the table does not fit (a resize target) leaves the square reading.
+    config, _ = timm_format.read(path, num_heads=4, image_size=64)
+    assert (config.grid_size, config.no_embed_class) == ((5, 5), True)
+    tensors["pos_embed"] = np.zeros((1, 24, 64), np.float32)
+    with pytest.raises(ValueError, match=r"model\.safetensors: pos_embed holds 24 positions, not a square grid"):
+        timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
