@@ -18,7 +18,8 @@ def test_readme_and_docs_agree_with_the_results():
 def test_every_result_file_is_read_by_a_region_and_every_region_is_used():
     read = {name for names in figures.SOURCES.values() for name in names}
     assert set(figures.SOURCES) == set(figures.REGIONS)
-    assert read == {path.name for path in RESULTS.glob("*.json")}
+    # --tiny runs (suite_*_tiny.json) check the machinery only; no document cites them.
+    assert read == {path.name for path in RESULTS.glob("*.json") if not path.name.endswith("_tiny.json")}
     used = {name for path in figures.documents(figures.ROOT)
             for name, _, _ in figures.regions((figures.ROOT / path).read_text(), path)}
     assert used == set(figures.REGIONS)
