@@ -245,28 +245,46 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     model_dir = pathlib.Path(model_dir)
     eval_every = recipe.checkpoint_every if eval_every is None else eval_every
     train_source, eval_source = validate_run(recipe, model_dir, strategy, data_dir, skip_bad_images, eval_every)
+    model, optimizer = _set_up_model(recipe, strategy, kind, train_source, eval_source)
+    is_chief = _is_chief(strategy)
+    checkpoint, manager, resumed_from = _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief)
 
+    # Validation and the restore succeeded: from here on the run may write.
+    model_dir.mkdir(parents=True, exist_ok=True)
+    if is_chief:
+        write_text_atomically(model_dir / "recipe.json", recipe.to_json())
+    progress = RunProgress(recipe.train_steps, recipe.batch_size)
+    if resumed_from:
+        progress.message(f"Resumed from {resumed_from} at step {current_step(optimizer)}")
+    callbacks = _callbacks(recipe, model_dir, is_chief, progress)
+    best = BestCheckpoint(checkpoint, model_dir, strategy, is_chief)
+    evaluate = Evaluation(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), model_dir, is_chief)
+    for step in _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks):
+        if step % recipe.checkpoint_every == 0 or step == recipe.train_steps:
+            manager.save(checkpoint_number=step)
+        if eval_every and step % eval_every == 0 and step < recipe.train_steps:
+            progress.message(best.consider(step, evaluate(step)))
+
+    step = current_step(optimizer)
+    results = evaluate(step)
+    progress.message(best.consider(step, results))
+    metrics = {"step": step, "eval_loss": results["loss"], "eval_top1": results["top1"],
+               "eval_top5": results["top5"], "eval_examples": eval_source.num_examples,
+               "best_step": best.record["step"], "best_top1": best.record["eval_top1"]}
+    _finish(model, model_dir, metrics, is_chief, manager, best)
+    return model, metrics
+
+
+def _set_up_model(recipe, strategy, kind, train_source, eval_source):
+    """Sets the precision policy and the seed, then builds and compiles the model; returns `(model, optimizer)`.
+
+    Raises InvalidRun when the architecture's own checks refuse the recipe.
+    """
     policy = recipe.mixed_precision
     if policy == "auto":
         policy = "bfloat16" if kind in ("tpu", "gpu") else "float32"
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if policy == "bfloat16" else "float32")
-
-    steps_per_execution = recipe.steps_per_execution
-    multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    mirrored = multi_worker or isinstance(strategy, tf.distribute.MirroredStrategy)
-    if mirrored and steps_per_execution > 1:
-        # Keras 3.15's multi-step loop fails under (multi-worker) mirrored
-        # strategies: "You must feed a value for placeholder tensor" (BUILD.md).
-        logging.warning("steps_per_execution=1 under %s (Keras 3.15)", type(strategy).__name__)
-        steps_per_execution = 1
-    jit_compile = recipe.jit_compile
-    if mirrored and jit_compile and strategy.num_replicas_in_sync > 1:
-        # Keras 3 compiles the whole replicated step as one XLA cluster, which cannot
-        # read variables kept on several devices ("Trying to access resource ... located
-        # in device CPU:1 from device CPU:0"); TPUStrategy compiles per replica (BUILD.md).
-        logging.warning("XLA off under %s with %d replicas (Keras 3)", type(strategy).__name__,
-                        strategy.num_replicas_in_sync)
-        jit_compile = False
+    steps_per_execution, jit_compile = _execution_settings(recipe, strategy)
     # Seeded after the data is opened: preparing a TFDS dataset draws random numbers.
     keras.utils.set_random_seed(recipe.seed)
     with strategy.scope():
@@ -284,13 +302,41 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
             steps_per_execution=steps_per_execution,
         )
         optimizer.build(model.trainable_variables)
-    if multi_worker:
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         _fit_multi_worker(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), strategy)
+    return model, optimizer
+
+
+def _execution_settings(recipe, strategy):
+    """The recipe's `(steps_per_execution, jit_compile)`, less what Keras 3 cannot run under `strategy`."""
+    steps_per_execution = recipe.steps_per_execution
+    mirrored = isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.MirroredStrategy))
+    if mirrored and steps_per_execution > 1:
+        # Keras 3.15's multi-step loop fails under (multi-worker) mirrored
+        # strategies: "You must feed a value for placeholder tensor" (BUILD.md).
+        logging.warning("steps_per_execution=1 under %s (Keras 3.15)", type(strategy).__name__)
+        steps_per_execution = 1
+    jit_compile = recipe.jit_compile
+    if mirrored and jit_compile and strategy.num_replicas_in_sync > 1:
+        # Keras 3 compiles the whole replicated step as one XLA cluster, which cannot
+        # read variables kept on several devices ("Trying to access resource ... located
+        # in device CPU:1 from device CPU:0"); TPUStrategy compiles per replica (BUILD.md).
+        logging.warning("XLA off under %s with %d replicas (Keras 3)", type(strategy).__name__,
+                        strategy.num_replicas_in_sync)
+        jit_compile = False
+    return steps_per_execution, jit_compile
+
+
+def _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief):
+    """Restores the last checkpoint if there is one; returns `(checkpoint, manager, resumed_from)`.
+
+    Writes nothing. Raises InvalidRun when that checkpoint does not fit the recipe's model.
+    """
     # Variables by position: weights, seed-generator states, optimiser slots and step.
     checkpoint = tf.train.Checkpoint(model=list(model.variables), optimizer=list(optimizer.variables))
     # Every worker must take part in saving; the others write to a scratch directory.
-    is_chief = _is_chief(strategy)
-    directory = model_dir / "checkpoints" if is_chief else model_dir / f"checkpoints_{strategy.cluster_resolver.task_id}"
+    directory = (model_dir / "checkpoints" if is_chief
+                 else model_dir / f"checkpoints_{strategy.cluster_resolver.task_id}")
     manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=2)
     resumed_from = manager.latest_checkpoint
     if resumed_from:
@@ -299,21 +345,24 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
         except (AssertionError, ValueError, tf.errors.OpError) as error:
             raise InvalidRun(
                 f"{manager.latest_checkpoint} does not restore into this recipe's model: {error}") from error
+    return checkpoint, manager, resumed_from
 
-    # Validation and the restore succeeded: from here on the run may write.
-    model_dir.mkdir(parents=True, exist_ok=True)
-    if is_chief:
-        write_text_atomically(model_dir / "recipe.json", recipe.to_json())
-    progress = RunProgress(recipe.train_steps, recipe.batch_size)
-    if resumed_from:
-        progress.message(f"Resumed from {resumed_from} at step {current_step(optimizer)}")
+
+def _callbacks(recipe, model_dir, is_chief, progress):
+    """The loss check and images/s, `progress`, and on the chief the TensorBoard logs in `model_dir/logs`."""
     writer = (tf.summary.create_file_writer(str(model_dir / "logs" / "train")) if is_chief
               else tf.summary.create_noop_writer())
     callbacks = [StepLogger(recipe.batch_size, writer), progress]
     if is_chief:
         callbacks.append(keras.callbacks.TensorBoard(str(model_dir / "logs"), update_freq="epoch"))
-    best = BestCheckpoint(checkpoint, model_dir, strategy, is_chief)
-    evaluate = Evaluation(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), model_dir, is_chief)
+    return callbacks
+
+
+def _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks):
+    """Fits from the optimiser's step to `train_steps` in chunks that end at each checkpoint or evaluation.
+
+    Yields the step each chunk ends at, so the caller checkpoints and evaluates between chunks.
+    """
     step = current_step(optimizer)
     while step < recipe.train_steps:
         stop = next_stop(step, recipe, eval_every)
@@ -322,25 +371,18 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
         model.fit(stream, steps_per_epoch=stop - step, initial_epoch=step, epochs=step + 1,
                   callbacks=callbacks, verbose=0, shuffle=False)
         step = current_step(optimizer)
-        if step % recipe.checkpoint_every == 0 or step == recipe.train_steps:
-            manager.save(checkpoint_number=step)
-        if eval_every and step % eval_every == 0 and step < recipe.train_steps:
-            results = evaluate(step)
-            progress.message(best.consider(step, results))
+        yield step
 
-    results = evaluate(step)
-    progress.message(best.consider(step, results))
-    metrics = {"step": step, "eval_loss": results["loss"], "eval_top1": results["top1"],
-               "eval_top5": results["top5"], "eval_examples": eval_source.num_examples,
-               "best_step": best.record["step"], "best_top1": best.record["eval_top1"]}
+
+def _finish(model, model_dir, metrics, is_chief, manager, best):
+    """The chief writes model.keras, model.npz and metrics.json; the other workers remove their scratch copies."""
     if not is_chief:
-        tf.io.gfile.rmtree(str(directory))
+        tf.io.gfile.rmtree(manager.directory)
         best.remove_scratch()
-    if is_chief:
-        _atomic_save_keras(model, model_dir / "model.keras")
-        keras_vit.save_npz(model, model_dir / "model.npz")
-        write_text_atomically(model_dir / "metrics.json", json.dumps(metrics, indent=2))
-    return model, metrics
+        return
+    _atomic_save_keras(model, model_dir / "model.keras")
+    keras_vit.save_npz(model, model_dir / "model.npz")
+    write_text_atomically(model_dir / "metrics.json", json.dumps(metrics, indent=2))
 
 
 def main(argv):
