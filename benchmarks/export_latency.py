@@ -47,7 +47,7 @@ def main(argv):
     del argv
     results, rows = [], []
     for variant in _VARIANTS.value:
-        model = keras_vit.ViT(**keras_vit.decode_variant(variant), image_size=224, classifier_activation=None)
+        model = keras_vit.ViT(keras_vit.decode_variant(variant), classifier_activation=None)
         with tempfile.TemporaryDirectory() as folder:
             samples, gemms = common.alternating_rounds(runtimes(model, folder), _ROUNDS.value,
                                                        lambda call: 1000 * common.time_calls(call, _SECONDS.value))

@@ -45,12 +45,12 @@ def matmul(m, k, n, dtype="float32"):
 
 
 def _model(variant, image_size, precision, num_layers, scan_layers):
-    fields = keras_vit.decode_variant(variant)
+    config = keras_vit.decode_variant(variant).replace(image_size=image_size, scan_layers=scan_layers)
     if num_layers:
-        fields["num_layers"] = num_layers
+        config = config.replace(num_layers=num_layers)
     keras.mixed_precision.set_global_policy(precision)
     try:
-        return keras_vit.ViT(**fields, image_size=image_size, classifier_activation=None, scan_layers=scan_layers)
+        return keras_vit.ViT(config, classifier_activation=None)
     finally:
         keras.mixed_precision.set_global_policy("float32")
 

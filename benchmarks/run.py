@@ -14,7 +14,7 @@ rounds with the min-max spread, so a noisy machine shows as noise.
 
 keras_vit runs on the Keras backend that `KERAS_BACKEND` names: TensorFlow by
 default, JAX where TensorFlow cannot be installed (the lent GPU machines: see
-"Running the GPU suite" in BUILD.md); its matmul is then JAX's.
+"Running the GPU suite" in docs/performance.md); its matmul is then JAX's.
 
 FLOPs are analytic (`benchmarks.common.vit_forward_flops`): a forward pass is
 2 x the multiply-adds of every matmul, a training step 3 x the forward.
@@ -177,10 +177,11 @@ def environment_python(impl, requested, envs_dir):
 def flops_per_call(task, variant, batch, suite):
     from keras_vit import decode_variant  # here, so that only asking for FLOPs loads TensorFlow
 
-    fields = decode_variant(variant)
+    config = decode_variant(variant)
     if suite.num_layers:
-        fields["num_layers"] = suite.num_layers
-    forward = common.vit_forward_flops(suite.image_size, **fields) * batch
+        config = config.replace(num_layers=suite.num_layers)
+    forward = common.vit_forward_flops(suite.image_size, config.patch_size[0], config.hidden_size, config.mlp_dim,
+                                       config.num_layers) * batch
     return forward * (3 if task == "training" else 1)
 
 

@@ -78,7 +78,7 @@ def main(argv):
     del argv
     results, rows = [], []
     for variant in _VARIANTS.value:
-        model = keras_vit.ViT(**keras_vit.decode_variant(variant), image_size=224, classifier_activation=None)
+        model = keras_vit.ViT(keras_vit.decode_variant(variant), classifier_activation=None)
         with tempfile.TemporaryDirectory() as folder:
             samples, gemms = common.alternating_rounds(requests(model, folder), _ROUNDS.value,
                                                        lambda call: percentiles(call, _REQUESTS.value))

@@ -1,8 +1,9 @@
 """`python -m export --model=PATH --format=saved_model|tflite --output=DIR [...]`.
 
 Also `python -m export --inspect=DIR` to print an export's metadata and
-signatures. The model is a `.keras` file or an official `.npz` with
-`--variant`; it is read through keras_vit's own loaders.
+signatures. The model is a `.keras` file or any checkpoint keras_vit reads
+(official `.npz`, timm / Hugging Face `.safetensors`); a checkpoint's
+architecture is read off the file, through keras_vit's own loaders.
 """
 
 import dataclasses
@@ -17,9 +18,9 @@ from absl import app, flags  # noqa: E402
 from export import loading, preprocessing, saved_model, tflite  # noqa: E402
 
 FORMATS = ("saved_model", "tflite")
-_MODEL = flags.DEFINE_string("model", None, "A .keras file, or an official .npz (with --variant).")
-_VARIANT = flags.DEFINE_string("variant", None, "keras_vit variant of an .npz, e.g. B/16.")
-_IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Resolution for an .npz (default: the checkpoint's).")
+_MODEL = flags.DEFINE_string("model", None, "A .keras file, or a checkpoint: an official .npz, a timm / Hugging "
+                                            "Face .safetensors file or model directory.")
+_IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Resolution for a checkpoint (default: the checkpoint's).")
 _FORMAT = flags.DEFINE_enum("format", "saved_model", FORMATS, "What to write.")
 _OUTPUT = flags.DEFINE_string("output", None, "SavedModel: the TF Serving base path; TFLite: a new directory.")
 _NAME = flags.DEFINE_string("name", "vit", "Model name (TF Serving directory under --output).")
@@ -72,7 +73,8 @@ def main(argv):
         raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
     labels = read_labels(_LABELS.value) if _LABELS.value else None
     try:
-        model = loading.load_model(_MODEL.value, _VARIANT.value, _IMAGE_SIZE.value)
+        sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value else {}
+        model = loading.load_model(_MODEL.value, **sized)
         export = _saved_model if _FORMAT.value == "saved_model" else _tflite
         export(model, labels)
     except ValueError as error:  # what the model or the flags cannot do, named by the check that found it

@@ -33,9 +33,10 @@ class Preprocessing:
     crop_fraction: float = 1.0
     # Resize filter.
     interpolation: str = "bilinear"
-    # Pixels p in [0, 255] become (p / 255 - mean) / std: [-1, 1] for the official checkpoints.
-    mean: float = 0.5
-    std: float = 0.5
+    # Pixels p in [0, 255] become (p / 255 - mean) / std, per channel (or one value for all):
+    # [-1, 1] for the official checkpoints; the model's `vit_config.input_mean/std`.
+    mean: tuple = (0.5,)
+    std: tuple = (0.5,)
     input_range: tuple = INPUT_RANGE
     # Largest width x height an encoded image may declare in its header.
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
@@ -48,8 +49,12 @@ class Preprocessing:
 
     @classmethod
     def for_model(cls, model, crop_fraction=1.0, max_image_pixels=DEFAULT_MAX_IMAGE_PIXELS):
-        return cls(native_image_size(model), model.input_shape[-1], crop_fraction,
-                   max_image_pixels=max_image_pixels)
+        config = getattr(model, "vit_config", None)
+        if config is None:  # a .keras file written before models carried their ViTConfig
+            return cls(native_image_size(model), model.input_shape[-1], crop_fraction,
+                       max_image_pixels=max_image_pixels)
+        return cls(config.image_size, config.channels, crop_fraction, mean=config.input_mean,
+                   std=config.input_std, max_image_pixels=max_image_pixels)
 
 
 def native_image_size(model):

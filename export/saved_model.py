@@ -74,7 +74,8 @@ class ServingFunctions:
         p = self.preprocessing
         fixed = self.model.input_shape[1:3]
         names = [layer.name for layer in self.model.layers]
-        pooled = self.model.get_layer("pre_logits" if "pre_logits" in names else "pooling").output
+        # The vector the head reads: after pre_logits, or timm's fc_norm, or the pooling.
+        pooled = self.model.get_layer(next(n for n in ("pre_logits", "fc_norm", "pooling") if n in names)).output
         feature_model = keras.Model(self.model.input, pooled)
         return {
             "serving_default": _signature(lambda images: self._classify(self._images(images)),

@@ -188,19 +188,19 @@ def _local_file(path):
     return text
 
 
-def read_checkpoint(path, image_size=None):
+def read_checkpoint(path, image_size=None, num_heads=None):
     """`(ViTConfig, arrays)`: any supported checkpoint, its arrays under official keys.
 
     `.npz`: an official file (local, `gs://`, or `https://`) or one keras_vit
     wrote; `.safetensors` or a directory: timm / Hugging Face
     (`keras_vit.timm_format`). `image_size` gives the grid of a non-square
-    official table.
+    official table; `num_heads` that of a timm file without `config.json`.
     """
     text = _local_file(path)
     if not text.endswith(".npz"):
         from keras_vit import timm_format
 
-        return timm_format.read(text)
+        return timm_format.read(text, num_heads=num_heads, image_size=image_size)
     arrays = read_npz(text)
     return official_config(arrays, text, image_size), arrays
 
@@ -216,7 +216,7 @@ def config_from_checkpoint(path, **overrides):
     Raises:
         ValueError: naming the file, what was expected and what was found.
     """
-    return read_checkpoint(path, overrides.get("image_size"))[0].replace(**overrides)
+    return read_checkpoint(path, overrides.get("image_size"), overrides.get("num_heads"))[0].replace(**overrides)
 
 
 def load_checkpoint(model, path, source_grid_size=None):
@@ -226,7 +226,9 @@ def load_checkpoint(model, path, source_grid_size=None):
         return load_arrays(model, read_npz(text), text, source_grid_size)
     from keras_vit import timm_format
 
-    return load_arrays(model, timm_format.read(text)[1], text, source_grid_size)
+    config = getattr(model, "vit_config", None)
+    _, arrays = timm_format.read(text, num_heads=config and config.num_heads, image_size=config and config.image_size)
+    return load_arrays(model, arrays, text, source_grid_size)
 
 
 # keras_vit extension: the writer's whole ViTConfig as JSON (a 0-d string array).

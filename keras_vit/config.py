@@ -202,6 +202,9 @@ class ViTConfig:
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(ViTConfig)}
+# (height, width) fields, one int for a square; per-channel float fields.
+PAIRS = ("patch_size", "image_size")
+PER_CHANNEL = ("input_mean", "input_std")
 # Fields that shape training only: the same weights compute the same function whatever they are.
 TRAINING_FIELDS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers")
 

@@ -90,6 +90,13 @@ def decode_variant(variant):
     return ViTConfig(**fields)
 
 
+def variant_fields(variant):
+    """The fields that make the encoder of `variant`: patch, sizes and stem (None without one)."""
+    names = ("patch_size", *(f.name for f in dataclasses.fields(Size)), *(f.name for f in dataclasses.fields(Stem)))
+    encoder = decode_variant(variant)
+    return {name: getattr(encoder, name) for name in names}
+
+
 def variant_name(config):
     """The variant a configuration's encoder is (e.g. "B/16", "R50+B/16"), or None."""
     size = next((name for name, s in SIZES.items() if dataclasses.astuple(s) == (

@@ -173,7 +173,7 @@ def _parse_example(record):
 
 
 def _train_image(image, seed, recipe):
-    size = recipe.image_size
+    size = recipe.model.image_size
     seeds = tf.random.experimental.stateless_split(seed, 4)
     if recipe.train_crop == "inception":
         begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
@@ -181,11 +181,11 @@ def _train_image(image, seed, recipe):
             aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.05, 1.0), max_attempts=10,
             use_image_if_no_bounding_boxes=True)
         image = tf.slice(image, begin, crop)
-    image = tf.image.resize(image, (size, size), method="bilinear")
+    image = tf.image.resize(image, size, method="bilinear")
     if recipe.random_shift:
         pad = recipe.random_shift
         image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
-        image = tf.image.stateless_random_crop(image, (size, size, tf.shape(image)[-1]), seed=seeds[1])
+        image = tf.image.stateless_random_crop(image, (*size, tf.shape(image)[-1]), seed=seeds[1])
     if recipe.flip:
         image = tf.image.stateless_random_flip_left_right(image, seed=seeds[2])
     image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
@@ -195,7 +195,7 @@ def _train_image(image, seed, recipe):
         image = augment.RandAugment(
             num_layers=recipe.randaugment_layers, magnitude=recipe.randaugment_magnitude,
             magnitude_std=recipe.randaugment_magnitude_std, exclude_ops=["Cutout"]).distort(image)
-    image = preprocess_input(image)
+    image = preprocess_input(image, config=recipe.model)
     if recipe.random_erasing:
         from official.vision.ops import augment
 
@@ -205,8 +205,8 @@ def _train_image(image, seed, recipe):
 
 def eval_image(image, recipe):
     """Resize (short side to size / crop_fraction), centre crop, normalise."""
-    image = resize_and_center_crop(image, (recipe.image_size,) * 2, recipe.eval_crop_fraction)
-    return preprocess_input(tf.clip_by_value(tf.round(image), 0, 255))
+    image = resize_and_center_crop(image, recipe.model.image_size, recipe.eval_crop_fraction)
+    return preprocess_input(tf.clip_by_value(tf.round(image), 0, 255), config=recipe.model)
 
 
 def _split(ds, count, global_batch, input_context):

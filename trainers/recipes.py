@@ -2,7 +2,8 @@
 
 Each recipe names its source, the result it should reach and the command that
 runs it. `python -m trainers.train --recipe=NAME --FIELD=VALUE` overrides any
-field; an unknown field is an error. The resolved recipe is saved as
+field, the model's architecture fields (`keras_vit.ViTConfig`) included;
+an unknown field is an error. The resolved recipe is saved as
 `recipe.json` beside the checkpoints.
 """
 
@@ -11,8 +12,9 @@ import json
 import math
 import os
 
-from keras_vit.model import CLASSIFIERS, POSITION_EMBEDDINGS
-from keras_vit.variants import decode_variant
+from keras_vit import config as vit_config
+from keras_vit.config import ViTConfig
+from keras_vit.variants import decode_variant, variant_fields, variant_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,31 +26,11 @@ class Recipe:
     description: str = ""
 
     # --- model
-    # A keras_vit variant ("B/16", "R50+B/16"), or "" for the fields below alone.
-    variant: str = ""
-    # Architecture fields; when set they override the variant's.
-    patch_size: int = 0
-    hidden_size: int = 0
-    mlp_dim: int = 0
-    num_heads: int = 0
-    num_layers: int = 0
-    # Square training resolution in pixels.
-    image_size: int = 224
-    # "token" (class token) or "gap" (global average pooling).
-    classifier: str = "token"
-    # Width of a tanh pre-logits layer; 0 for none.
-    representation_size: int = 0
-    # learned_1d, learned_2d, sincos_2d, relative, relative_2d or none.
-    position_embedding: str = "learned_1d"
-    # Dropout after embeddings, attention and in the MLPs.
-    dropout_rate: float = 0.0
-    # Dropout on attention weights.
-    attention_dropout_rate: float = 0.0
-    # Stochastic depth of the last block (linear from 0).
-    drop_path_rate: float = 0.0
-    # Stack the blocks' weights and run them in a loop: XLA compiles ~3x faster, steps ~15% slower.
-    scan_layers: bool = False
-    # Weights to start from: a pretrained name of the variant, an .npz or "" (scratch).
+    # The architecture (every keras_vit.ViTConfig field is also a flag: --hidden_size=64, --variant=B/16
+    # sets the encoder of a named variant). Its classes and channels are the dataset's.
+    model: ViTConfig = ViTConfig()
+    # Weights to start from: a pretrained name of the model's variant (e.g. "imagenet21k"), a checkpoint
+    # (official .npz, timm / Hugging Face .safetensors or directory), a .weights.h5 file, or "" (scratch).
     pretrained: str = ""
 
     # --- data
@@ -116,13 +98,19 @@ class Recipe:
     seed: int = 0
 
     def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes`: recipe fields, the model's `ViTConfig` fields, or `variant` (its encoder)."""
+        model_changes = variant_fields(changes.pop("variant")) if "variant" in changes else {}
+        model_changes.update({name: changes.pop(name) for name in list(changes) if name in vit_config.FIELDS})
+        return dataclasses.replace(self, model=self.model.replace(**model_changes), **changes)
+
+    def to_dict(self):
+        return {**dataclasses.asdict(self), "model": self.model.to_dict()}
 
     def to_json(self):
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(Recipe)}
+FIELDS = {f.name: f for f in dataclasses.fields(Recipe) if f.name != "model"}
 
 RECIPES = {
     "digits": Recipe(
@@ -131,8 +119,8 @@ RECIPES = {
             "on scikit-learn's 8x8 digits (TFDS builder keras_vit_digits). Expected: >= 97% test "
             "top-1 in a few minutes on 2 CPU cores. `python -m trainers.train --model_dir=/tmp/digits`"
         ),
-        patch_size=2, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4, image_size=8,
-        classifier="gap", drop_path_rate=0.1, dataset="keras_vit_digits", train_crop="resize", flip=False,
+        model=ViTConfig(patch_size=2, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4, image_size=8,
+                        classifier="gap", drop_path_rate=0.1), dataset="keras_vit_digits", train_crop="resize", flip=False,
         eval_crop_fraction=1.0, random_shift=1, label_smoothing=0.1,
         optimizer="adamw", learning_rate=2e-3, weight_decay=0.05, schedule="cosine",
         warmup_steps=100, batch_size=64, train_steps=4000, steps_per_execution=25,
@@ -146,7 +134,7 @@ RECIPES = {
             "Expected: the released imagenet21k/ViT-B_16.npz quality (84.2% top-1 after the "
             "fine-tune recipe). On a TPU pod: `--strategy=tpu --tpu=NAME`."
         ),
-        variant="B/16", image_size=224, representation_size=768, dropout_rate=0.1,
+        model=decode_variant("B/16").replace(representation_size=768, dropout_rate=0.1),
         dataset="tfds:imagenet2012", num_classes=0, train_split="train", eval_split="validation",
         optimizer="adamw", learning_rate=1e-3, beta_1=0.9, beta_2=0.999, weight_decay=0.03,
         schedule="linear", warmup_steps=10_000, grad_clip_norm=1.0, batch_size=4096,
@@ -160,7 +148,7 @@ RECIPES = {
             "embeddings resized by the checkpoint loader; 20k steps on ImageNet from ViT-B/16 "
             "imagenet21k. Expected: ~84% top-1 (the released imagenet21k+imagenet2012 file)."
         ),
-        variant="B/16", image_size=384, pretrained="imagenet21k", representation_size=0,
+        model=decode_variant("B/16").replace(image_size=384), pretrained="imagenet21k",
         dataset="tfds:imagenet2012", train_split="train", eval_split="validation",
         optimizer="sgd", learning_rate=0.03, momentum=0.9, weight_decay=0.0, schedule="cosine",
         warmup_steps=500, grad_clip_norm=1.0, batch_size=512, train_steps=20_000,
@@ -173,7 +161,7 @@ RECIPES = {
             "vary it on uint8 images), Mixup 0.8, CutMix 1.0, label smoothing 0.1, "
             "random erasing 0.25, stochastic depth 0.1, 300 epochs at batch 1024. Expected: 81.8%."
         ),
-        variant="B/16", image_size=224, drop_path_rate=0.1, dataset="tfds:imagenet2012",
+        model=decode_variant("B/16").replace(drop_path_rate=0.1), dataset="tfds:imagenet2012",
         train_split="train", eval_split="validation", train_crop="inception", flip=True,
         randaugment_layers=2, randaugment_magnitude=9.0, randaugment_magnitude_std=0.0,
         mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, random_erasing=0.25,
@@ -188,7 +176,7 @@ RECIPES = {
             "cosine, clip 1, batch 512, 10k steps). Expected: ~98.9% test top-1 (paper Table 2 "
             "reports 98.13-99.00 for B/16 and L/16)."
         ),
-        variant="B/16", image_size=224, pretrained="augreg_in21k", dataset="tfds:cifar10",
+        model=decode_variant("B/16"), pretrained="augreg_in21k", dataset="tfds:cifar10",
         train_split="train", eval_split="test", train_crop="inception", flip=True,
         eval_crop_fraction=1.0, optimizer="sgd", learning_rate=0.03, momentum=0.9,
         schedule="cosine", warmup_steps=500, grad_clip_norm=1.0, batch_size=512,
@@ -197,28 +185,24 @@ RECIPES = {
 }
 
 CHOICES = {
-    "classifier": CLASSIFIERS,
     "train_crop": ("inception", "resize"),
     "optimizer": ("adam", "adamw", "sgd"),
     "schedule": ("cosine", "linear", "constant"),
     "mixed_precision": ("auto", "bfloat16", "float32"),
-    "position_embedding": POSITION_EMBEDDINGS,
 }
 
 
 # Each numeric field's allowed range: (low, high, low_open, high_open); None is unbounded.
 RANGES = {
     **{name: (0, None, False, False) for name in (
-        "patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers", "representation_size",
         "num_classes", "random_shift", "randaugment_layers", "randaugment_magnitude",
         "randaugment_magnitude_std", "mixup_alpha", "cutmix_alpha", "lr_batch_reference",
         "weight_decay", "warmup_steps", "grad_clip_norm", "seed")},
     **{name: (1, None, False, False) for name in (
-        "image_size", "shuffle_buffer", "batch_size", "train_steps", "steps_per_execution",
+        "shuffle_buffer", "batch_size", "train_steps", "steps_per_execution",
         "checkpoint_every")},
     **{name: (0, 1, False, True) for name in (
-        "dropout_rate", "attention_dropout_rate", "drop_path_rate", "label_smoothing", "beta_1", "beta_2",
-        "momentum")},
+        "label_smoothing", "beta_1", "beta_2", "momentum")},
     "random_erasing": (0, 1, False, False),
     "eval_crop_fraction": (0, 1, True, False),
     "learning_rate": (0, None, True, False),
@@ -261,31 +245,44 @@ def _check_dataset(recipe):
                          "received num_classes=0")
 
 
-def _check_architecture(recipe):
-    if recipe.variant:
-        decode_variant(recipe.variant)  # raises naming the accepted forms
-    elif not all(getattr(recipe, f) for f in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers")):
-        raise ValueError(
-            "Without a `variant`, patch_size, hidden_size, mlp_dim, num_heads and num_layers must all be >= 1; "
-            f"received patch_size={recipe.patch_size}, hidden_size={recipe.hidden_size}, mlp_dim={recipe.mlp_dim}, "
-            f"num_heads={recipe.num_heads}, num_layers={recipe.num_layers}")
+# Fields that change what given weights compute: a checkpoint and the model it starts must agree on them.
+_FUNCTION_FIELDS = ("classifier", "class_token", "no_embed_class", "gelu_approximate", "fc_norm",
+                    "layer_norm_epsilon", "input_mean", "input_std")
 
 
 def _check_pretrained(recipe):
-    """A weights file must exist; a weights name must be one the variant has (a table look-up, no download)."""
-    from keras_vit import pretrained
+    """A weights file must exist and compute as the model does; a name must be one the variant has (no download)."""
+    from keras_vit import checkpoints, pretrained
 
     if not recipe.pretrained:
         return
-    if recipe.pretrained.endswith((".npz", ".weights.h5")):
-        if "://" not in recipe.pretrained and not os.path.isfile(recipe.pretrained):
-            raise ValueError(f"`pretrained` must name an existing .npz or .weights.h5 file or the variant's "
+    if checkpoints.is_weights_file(recipe.pretrained) or recipe.pretrained.endswith(".npz"):
+        if "://" not in recipe.pretrained and not os.path.exists(recipe.pretrained):
+            raise ValueError(f"`pretrained` must name an existing checkpoint or .weights.h5 file or the variant's "
                              f"pretrained weights; received pretrained={recipe.pretrained!r}: no such file")
-    elif not recipe.variant:
-        raise ValueError(f"`pretrained` weights by name need a `variant`; received pretrained={recipe.pretrained!r}, "
-                         "variant=''")
-    else:
-        pretrained.resolve(recipe.variant, recipe.pretrained)  # raises listing the variant's names
+        if "://" not in recipe.pretrained and not recipe.pretrained.endswith(".weights.h5"):
+            _check_conventions(recipe.model, checkpoints.config_from_checkpoint(recipe.pretrained), recipe.pretrained)
+        return
+    variant = variant_name(recipe.model)
+    if not variant:
+        raise ValueError(f"`pretrained` weights by name need the model of a named variant (--variant=B/16); "
+                         f"received pretrained={recipe.pretrained!r} for an unnamed architecture")
+    pretrained.resolve(variant, recipe.pretrained)  # raises listing the variant's names
+
+
+def _same(mine, theirs):
+    """Equal values; a per-channel value that is one number for every channel equals it for any channel count."""
+    uniform = isinstance(mine, tuple) and isinstance(theirs, tuple) and len({*mine, *theirs}) == 1
+    return mine == theirs or uniform
+
+
+def _check_conventions(model, checkpoint, source):
+    """Fine-tuning starts from a checkpoint's function: the fields that define it must be the checkpoint's."""
+    differ = [f"{name}={getattr(model, name)!r} (the checkpoint's: {getattr(checkpoint, name)!r})"
+              for name in _FUNCTION_FIELDS if not _same(getattr(model, name), getattr(checkpoint, name))]
+    if differ:
+        raise ValueError(f"The model differs from {source} in what its weights compute: {', '.join(differ)}; "
+                         "set these fields to the checkpoint's")
 
 
 def validate(recipe):
@@ -293,6 +290,8 @@ def validate(recipe):
 
     Cheap and pure: it runs before the trainer touches the data, the devices or the model directory.
     """
+    if not isinstance(recipe.model, ViTConfig):
+        raise ValueError(f"`model` must be a keras_vit.ViTConfig; received {type(recipe.model).__name__}")
     for name in FIELDS:
         _check_type(name, getattr(recipe, name))
     for name, choices in CHOICES.items():
@@ -307,7 +306,6 @@ def validate(recipe):
             "int32 levels with uint8 pixels in Posterize and Solarize (TypeError); "
             f"received randaugment_magnitude_std={recipe.randaugment_magnitude_std}")
     _check_dataset(recipe)
-    _check_architecture(recipe)
     _check_pretrained(recipe)
     return recipe
 

@@ -11,7 +11,6 @@ state, schedule and data order. It evaluates every `--eval_every` steps
 first (`validate_run`): a bad one stops the run before anything is written.
 """
 
-import dataclasses
 import json
 import math
 import os
@@ -25,6 +24,8 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 import keras_vit  # noqa: E402
+from keras_vit import config as vit_config  # noqa: E402
+from keras_vit.variants import variant_name  # noqa: E402
 from trainers import data, optimization, recipes  # noqa: E402
 from trainers.atomic_files import write_text_atomically  # noqa: E402
 from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
@@ -43,21 +44,44 @@ _EVAL_EVERY = flags.DEFINE_integer(
 _DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Enable TF op determinism (reproducible on CPU).")
 
 
-def _define_recipe_flags():
-    """One flag per recipe field, named as the field; unset flags keep the recipe's value."""
-    for name, field in recipes.FIELDS.items():
-        help_text = f"Recipe field {name} (default: the recipe's)."
-        if field.type in (bool, "bool"):
-            flags.DEFINE_bool(name, None, help_text)
-        elif field.type in (int, "int"):
-            flags.DEFINE_integer(name, None, help_text)
-        elif field.type in (float, "float"):
-            flags.DEFINE_float(name, None, help_text)
-        else:
-            flags.DEFINE_string(name, None, help_text)
+# The model's fields a run sets; its classes and channels are the dataset's.
+MODEL_FIELDS = {name: field for name, field in vit_config.FIELDS.items() if name not in ("classes", "channels")}
 
 
-_define_recipe_flags()
+def _define_field_flags():
+    """One flag per recipe field and per model (ViTConfig) field, named as the field; unset flags keep the recipe's.
+
+    Pairs and per-channel fields are comma-separated (`--image_size=32,48`); `--representation_size=0` is none.
+    """
+    for name, field in {**recipes.FIELDS, **MODEL_FIELDS}.items():
+        help_text = f"{'Model' if name in MODEL_FIELDS else 'Recipe'} field {name} (default: the recipe's)."
+        kind = {"bool": bool, "int": int, "float": float, "tuple": tuple}.get(field.type, field.type)
+        define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+                  tuple: flags.DEFINE_list}.get(kind, flags.DEFINE_string)
+        define(name, None, help_text)
+    flags.DEFINE_string("variant", None, "Model: the encoder of a named variant (B/16, R50+B/16); other model "
+                                         "flags then change single fields.")
+
+
+_define_field_flags()
+
+
+def field_overrides():
+    """The recipe and model fields set on the command line, as values of their fields' types."""
+    names = [*recipes.FIELDS, "variant", *MODEL_FIELDS]
+    overrides = {name: flags.FLAGS[name].value for name in names if flags.FLAGS[name].value is not None}
+    for name, value in overrides.items():
+        if isinstance(value, list):  # a comma-separated pair or per-channel values
+            number = float if name in vit_config.PER_CHANNEL else int
+            try:
+                overrides[name] = tuple(number(v) for v in value)
+            except ValueError as error:
+                raise app.UsageError(f"--{name} takes comma-separated {number.__name__}s; received {value}") from error
+            if name in vit_config.PAIRS and len(value) == 1:  # --image_size=224: a square
+                overrides[name] = overrides[name][0]
+    if overrides.get("representation_size") == 0:
+        overrides["representation_size"] = None
+    return overrides
 
 
 def quiet_logs(verbosity_given):
@@ -73,36 +97,20 @@ def quiet_logs(verbosity_given):
 
 def resolve_recipe(name, overrides):
     """The named recipe with `overrides` applied and validated."""
-    unknown = set(overrides) - set(recipes.FIELDS)
+    known = {*recipes.FIELDS, "variant", *MODEL_FIELDS}
+    unknown = set(overrides) - known
     if unknown:
-        raise ValueError(f"Unknown recipe fields {sorted(unknown)}; known: {sorted(recipes.FIELDS)}")
+        raise ValueError(f"Unknown recipe fields {sorted(unknown)}; known: {sorted(known)}")
     return recipes.validate(recipes.RECIPES[name].replace(**overrides))
 
 
 def build_model(recipe, source):
     """The recipe's ViT for `source`'s channels and classes (pretrained weights loaded)."""
-    fields = keras_vit.decode_variant(recipe.variant) if recipe.variant else {}
-    for name in ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers"):
-        if getattr(recipe, name):
-            fields[name] = getattr(recipe, name)
     weights = recipe.pretrained or None
-    if weights and not weights.endswith((".npz", ".weights.h5")):
-        weights = keras_vit.pretrained.resolve(recipe.variant, weights).url
-    return keras_vit.ViT(
-        **fields,
-        input_shape=(recipe.image_size, recipe.image_size, source.channels),
-        classes=source.num_classes,
-        classifier_activation=None,
-        classifier=recipe.classifier,
-        representation_size=recipe.representation_size or None,
-        position_embedding=recipe.position_embedding,
-        dropout_rate=recipe.dropout_rate,
-        attention_dropout_rate=recipe.attention_dropout_rate,
-        drop_path_rate=recipe.drop_path_rate,
-        scan_layers=recipe.scan_layers,
-        weights=weights,
-        name="vit",
-    )
+    if weights and not keras_vit.checkpoints.is_weights_file(weights):
+        weights = keras_vit.pretrained.resolve(variant_name(recipe.model), weights).url
+    return keras_vit.ViT(recipe.model, input_shape=(*recipe.model.image_size, source.channels),
+                         classes=source.num_classes, classifier_activation=None, weights=weights, name="vit")
 
 
 def current_step(optimizer):
@@ -198,7 +206,7 @@ def _check_model_dir(model_dir, recipe):
     if model_dir.exists() and not model_dir.is_dir():
         raise ValueError(f"--model_dir must be a directory; received model_dir={str(model_dir)!r}, a file")
     saved = model_dir / "recipe.json"
-    if saved.exists() and json.loads(saved.read_text()) != dataclasses.asdict(recipe):
+    if saved.exists() and json.loads(saved.read_text()) != json.loads(recipe.to_json()):
         raise ValueError(
             f"{model_dir} holds a run of another recipe ({saved}); use a new --model_dir or the same flags")
 
@@ -391,9 +399,8 @@ def main(argv):
     quiet_logs(flags.FLAGS["verbosity"].present)
     if not _MODEL_DIR.value:
         raise app.UsageError("--model_dir is required (where checkpoints and the final model go)")
-    overrides = {name: flags.FLAGS[name].value for name in recipes.FIELDS if flags.FLAGS[name].value is not None}
     try:
-        recipe = resolve_recipe(_RECIPE.value, overrides)
+        recipe = resolve_recipe(_RECIPE.value, field_overrides())
     except ValueError as error:
         raise app.UsageError(str(error)) from error
     if _DETERMINISTIC.value:

@@ -4,8 +4,8 @@
 would be. The math is `EncoderBlock`'s, run once per block on that block's
 slice of the stacked weights, so XLA compiles one block instead of every
 block, and an optimizer updates one variable per kind of weight instead of
-one per block: on 2 CPU cores the first XLA training step of ViT-S/16 takes
-a quarter of the time (BUILD.md). big_vision's ViT has the same option
+one per block, which cuts the first XLA call and training step
+(docs/performance.md). big_vision's ViT has the same option
 (`scan`). Official checkpoints load into it as into the unrolled model.
 """
 

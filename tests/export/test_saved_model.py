@@ -322,16 +322,11 @@ def test_metadata_and_inspect(exported):
     assert "signature serving_default: inputs {'images': 'string(any shape)'}" in text and '"classes": 3' in text
 
 
-def test_loading_an_npz_with_its_variant(tmp_path):
-    model = keras_vit.ViT_Ti16(image_size=32, classes=4, classifier_activation=None)
-    randomize_weights(model, scale=0.05)
-    keras_vit.save_npz(model, tmp_path / "ti.npz")
-    loaded = loading.load_model(tmp_path / "ti.npz", variant="Ti/16")
-    assert loaded.input_shape == (None, 32, 32, 3) and loaded.output_shape == (None, 4)
-    x = np.random.default_rng(0).uniform(-1, 1, (1, 32, 32, 3)).astype("float32")
-    np.testing.assert_allclose(np.asarray(loaded(x)), np.asarray(model(x)), atol=1e-5)
-    with pytest.raises(ValueError, match="needs its variant"):
-        loading.load_model(tmp_path / "ti.npz")
+def test_a_keras_file_is_exported_as_it_is(model, tmp_path):
+    model.save(tmp_path / "m.keras")
+    assert loading.load_model(tmp_path / "m.keras").vit_config == model.vit_config
+    with pytest.raises(ValueError, match=r"exported as it is; received changes \['image_size'\]"):
+        loading.load_model(tmp_path / "m.keras", image_size=32)
 
 
 def test_command_line_export_inspect_and_refusals(model, tmp_path):

@@ -57,7 +57,6 @@ def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
     ("shuffle_buffer", 0, r"`shuffle_buffer` must be in \[1, inf\); received shuffle_buffer=0"),
     ("eval_crop_fraction", 0.0, r"`eval_crop_fraction` must be in \(0, 1\]; received eval_crop_fraction=0.0"),
     ("eval_crop_fraction", 1.25, r"received eval_crop_fraction=1.25"),
-    ("dropout_rate", 1.0, r"`dropout_rate` must be in \[0, 1\); received dropout_rate=1.0"),
     ("label_smoothing", -0.1, r"received label_smoothing=-0.1"),
     ("weight_decay", float("nan"), r"received weight_decay=nan"),
     ("warmup_steps", -1, r"received warmup_steps=-1"),
@@ -68,20 +67,37 @@ def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
     ("dataset", "csv:x", r"`dataset` must be one of .*received dataset='csv:x'"),
     ("dataset", "tfds:no_such_dataset", r"names no TFDS dataset: received dataset='tfds:no_such_dataset'"),
     ("pretrained", "/nowhere/w.npz", r"received pretrained='/nowhere/w.npz': no such file"),
-    ("pretrained", "imagenet21k", r"`pretrained` weights by name need a `variant`"),
-    ("variant", "Q/3", r"`variant` must look like .*received variant='Q/3'"),
+    ("pretrained", "imagenet21k", r"`pretrained` weights by name need the model of a named variant"),
     ("dataset", "tfrecord:/nowhere/*", r"set `num_classes` >= 1"),
     ("num_classes", 7, r"`num_classes` must match the 10 classes .*received num_classes=7"),
     ("eval_split", "validation", r"split 'validation' is not one of the splits .*\['test', 'train'\]"),
     ("batch_size", 4096, r"`batch_size` must be <= the 1437 training examples"),
-    ("patch_size", 3, r"divisible"),
 ])
 def test_a_bad_field_stops_the_run_and_writes_nothing(model_dir, data_dir, field, value, allowed):
     refused(TINY.replace(**{field: value}), model_dir, data_dir, allowed)
 
 
+@pytest.mark.parametrize("field, value, allowed", [
+    ("dropout_rate", 1.0, r"`dropout_rate` must be a float in \[0.0, 1\); received dropout_rate=1.0"),
+    ("variant", "Q/3", r"`variant` must look like .*received variant='Q/3'"),
+    ("patch_size", 3, r"divisible"),
+    ("position_embedding", "rope", r"received position_embedding='rope'"),
+])
+def test_a_bad_model_field_is_refused_when_the_recipe_is_made(field, value, allowed):
+    with pytest.raises(ValueError, match=allowed):
+        TINY.replace(**{field: value})
+
+
+def test_a_checkpoint_of_other_conventions_is_refused_before_the_run(model_dir, data_dir):
+    """Fine-tuning from a timm DeiT file with the official GELU would compute another function from its weights."""
+    deit = str(pathlib.Path(__file__).parents[1] / "fixtures" / "timm" / "deit")
+    refused(TINY.replace(pretrained=deit), model_dir, data_dir,
+            r"differs from .*deit in what its weights compute: classifier='gap' \(the checkpoint's: 'token'\).*"
+            r"gelu_approximate=True \(the checkpoint's: False\).*input_mean")
+
+
 def test_an_unknown_weights_name_lists_the_variants_names(model_dir, data_dir):
-    refused(TINY.replace(variant="Ti/16", pretrained="imagenet99"), model_dir, data_dir,
+    refused(TINY.replace(variant="Ti/16", image_size=32, pretrained="imagenet99"), model_dir, data_dir,
             r"No pretrained weights named 'imagenet99' for .*available:")
 
 

@@ -15,20 +15,29 @@ def test_every_recipe_is_valid_and_documented(name):
 def test_the_papers_numbers():
     pre = recipes.RECIPES["vit_i21k_pretrain"]
     assert (pre.optimizer, pre.beta_1, pre.beta_2, pre.batch_size, pre.warmup_steps, pre.schedule,
-            pre.weight_decay, pre.dropout_rate) == ("adamw", 0.9, 0.999, 4096, 10_000, "linear", 0.03, 0.1)
+            pre.weight_decay, pre.model.dropout_rate) == ("adamw", 0.9, 0.999, 4096, 10_000, "linear", 0.03, 0.1)
+    assert pre.model.representation_size == 768 and pre.model.hidden_size == 768
     ft = recipes.RECIPES["vit_finetune"]
     assert (ft.optimizer, ft.momentum, ft.batch_size, ft.schedule, ft.weight_decay, ft.grad_clip_norm,
-            ft.image_size) == ("sgd", 0.9, 512, "cosine", 0.0, 1.0, 384)
+            ft.model.image_size) == ("sgd", 0.9, 512, "cosine", 0.0, 1.0, (384, 384))
+    assert ft.model.representation_size is None and ft.pretrained == "imagenet21k"
     deit = recipes.RECIPES["deit"]
     assert (deit.learning_rate, deit.lr_batch_reference, deit.weight_decay, deit.randaugment_magnitude,
             deit.randaugment_magnitude_std, deit.mixup_alpha, deit.cutmix_alpha, deit.label_smoothing,
-            deit.random_erasing, deit.drop_path_rate) == (5e-4, 512, 0.05, 9.0, 0.0, 0.8, 1.0, 0.1, 0.25, 0.1)
+            deit.random_erasing, deit.model.drop_path_rate) == (5e-4, 512, 0.05, 9.0, 0.0, 0.8, 1.0, 0.1, 0.25, 0.1)
     assert deit.train_steps == 300 * 1251 and deit.warmup_steps == 5 * 1251  # 1,281,167 / 1024 per epoch
 
 
 def test_overrides_and_their_errors():
     recipe = resolve_recipe("digits", {"learning_rate": 0.5, "flip": True})
-    assert recipe.learning_rate == 0.5 and recipe.flip and recipe.hidden_size == 64
+    assert recipe.learning_rate == 0.5 and recipe.flip and recipe.model.hidden_size == 64
+    model = resolve_recipe("digits", {"variant": "S/16", "num_layers": 2, "image_size": (32, 48)}).model
+    assert (model.hidden_size, model.num_heads, model.num_layers, model.image_size) == (384, 6, 2, (32, 48))
+    assert model.classifier == "gap"  # the recipe's, untouched by the variant
+    with pytest.raises(ValueError, match=r"Unknown recipe fields \['classes'\]"):  # the dataset's
+        resolve_recipe("digits", {"classes": 3})
+    with pytest.raises(ValueError, match="`hidden_size` must be divisible by `num_heads`"):
+        resolve_recipe("digits", {"num_heads": 5})
     with pytest.raises(ValueError, match=r"Unknown recipe fields \['lerning_rate'\]"):
         resolve_recipe("digits", {"lerning_rate": 0.5})
     with pytest.raises(ValueError, match=r"`optimizer` must be one of \('adam', 'adamw', 'sgd'\); received optimizer='rmsprop'"):

@@ -284,3 +284,32 @@ def test_bad_flags_are_rejected_with_a_message(tmp_path, flag, message):
 def test_model_dir_is_required():
     result = run(["trainers.train"])
     assert result.returncode != 0 and "--model_dir is required" in result.stderr
+
+
+def test_vit_finetune_starts_from_an_imagenet21k_style_checkpoint(tmp_path, data_dir):
+    """As the official fine-tuning: pre_logits dropped, a new zero head, positions resized to the new grid."""
+    import keras_vit
+    from tests.layer_checks import randomize_weights
+    from trainers import data, recipes, train
+
+    # A small "ImageNet-21k" file: class token, a tanh pre_logits layer, 50 classes, a 2x2 grid (4 px).
+    pretrained = keras_vit.ViT(patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1,
+                               input_shape=(4, 4, 1), classes=50, representation_size=32)
+    randomize_weights(pretrained, scale=0.2)
+    path = keras_vit.save_npz(pretrained, tmp_path / "i21k.npz")
+    fields = dict(patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=8,
+                  pretrained=str(path), dataset="keras_vit_digits", train_split="train", eval_split="test")
+    recipe = recipes.validate(recipes.RECIPES["vit_finetune"].replace(**fields))
+    model = train.build_model(recipe, data.load(recipe.dataset, "train", data_dir, 0))
+    names = [layer.name for layer in model.layers]
+    assert "pre_logits" not in names and model.output_shape == (None, 10)
+    assert not model.get_layer("head").kernel.numpy().any()
+    np.testing.assert_array_equal(model.get_layer("encoder_block_0").mlp.dense_1.kernel.numpy(),
+                                  pretrained.get_layer("encoder_block_0").mlp.dense_1.kernel.numpy())
+    assert model.get_layer("position_embedding").embedding.shape == (1, 1 + 16, 32)  # resized from 1 + 4
+    flags = [f"--{name}={value}" for name, value in fields.items()]
+    result = run(["trainers.train", "--recipe=vit_finetune", f"--model_dir={tmp_path / 'run'}",
+                  f"--data_dir={data_dir}", *flags, "--batch_size=16", "--train_steps=10", "--warmup_steps=2",
+                  "--steps_per_execution=5", "--jit_compile=false", "--checkpoint_every=10"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pre_logits/kernel" not in final_weights(tmp_path / "run") and "test top-1" in result.stdout
