@@ -336,7 +336,7 @@ def print_tables(results, probes, checks):
                            ["target", "goal", "measured", "met"])
 
 
-def main(argv=None):
+def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", choices=sorted(SUITES), default="cpu")
     parser.add_argument("--out", help="JSON path (default benchmarks/results/suite_<suite>.json)")
@@ -346,32 +346,47 @@ def main(argv=None):
     parser.add_argument("--tiny", action="store_true", help="the suite's settings on a seconds-long workload")
     parser.add_argument("--rounds", type=int, help="alternating rounds per configuration (suite default)")
     parser.add_argument("--seconds", type=float, help="seconds of calls per round and implementation")
-    args = parser.parse_args(argv)
-    # Named to the workers even when unset, so a backend in ~/.keras/keras.json cannot differ from this plan.
-    os.environ["KERAS_BACKEND"] = KERAS_BACKEND
+    return parser.parse_args(argv)
+
+
+def plan(args):
+    """`(suite, out)`: the suite the flags ask for on this backend, and where its JSON goes."""
     suite = shrink(SUITES[args.suite]) if args.tiny else SUITES[args.suite]
     suite = dataclasses.replace(suite, rounds=args.rounds or suite.rounds, seconds=args.seconds or suite.seconds)
     if _ON_JAX:  # JAX has no graph mode: an uncompiled model would time Python's op-by-op dispatch
         suite = dataclasses.replace(suite, implementations=tuple(
             im for im in suite.implementations if im.compiled or im.impl != "keras_vit"))
     name = f"suite_{args.suite}{'_jax' * _ON_JAX}{'_tiny' * args.tiny}.json"
-    out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / name)
+    return suite, pathlib.Path(args.out or ROOT / "benchmarks" / "results" / name)
+
+
+def measure_all(workers, suite):
+    """`(versions, results)`: every configuration of the suite, timed in the workers."""
+    versions = {impl: w.ask("versions")["versions"] for impl, w in workers.items()}
+    m, k, n = suite.matmul_shape
+    for worker in workers.values():
+        worker.ask("prepare", name="matmul", task="matmul", m=m, k=k, n=n, dtype=_compute_dtype(suite))
+    if suite.numpy_matmul:
+        workers["keras_vit"].ask("prepare", name="numpy_matmul", task="numpy_matmul", m=m, k=k, n=n)
+    results = []
+    for task, configs in (("inference", suite.inference), ("training", suite.training)):
+        for variant, batch in configs:
+            results.append(measure(workers, suite, task, variant, batch, suite.seconds))
+            print(f"measured {task} {variant} batch {batch}", flush=True)
+    return versions, results
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # Named to the workers even when unset, so a backend in ~/.keras/keras.json cannot differ from this plan.
+    os.environ["KERAS_BACKEND"] = KERAS_BACKEND
+    suite, out = plan(args)
     pythons = {impl: environment_python(impl, getattr(args, f"{impl}_python"), args.envs_dir)
                for impl in INSTALLS}
     started = time.perf_counter()
     workers = {impl: WorkerProcess(pythons[impl], impl, suite.threads) for impl in pythons}
     try:
-        versions = {impl: w.ask("versions")["versions"] for impl, w in workers.items()}
-        m, k, n = suite.matmul_shape
-        for worker in workers.values():
-            worker.ask("prepare", name="matmul", task="matmul", m=m, k=k, n=n, dtype=_compute_dtype(suite))
-        if suite.numpy_matmul:
-            workers["keras_vit"].ask("prepare", name="numpy_matmul", task="numpy_matmul", m=m, k=k, n=n)
-        results = []
-        for task, configs in (("inference", suite.inference), ("training", suite.training)):
-            for variant, batch in configs:
-                results.append(measure(workers, suite, task, variant, batch, suite.seconds))
-                print(f"measured {task} {variant} batch {batch}", flush=True)
+        versions, results = measure_all(workers, suite)
     finally:
         for worker in workers.values():
             worker.close()

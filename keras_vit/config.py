@@ -205,6 +205,11 @@ FIELDS = {field.name: field for field in dataclasses.fields(ViTConfig)}
 # (height, width) fields, one int for a square; per-channel float fields.
 PAIRS = ("patch_size", "image_size")
 PER_CHANNEL = ("input_mean", "input_std")
+# Fields that decide what given weights compute: a checkpoint and a model it starts must agree on them.
+CONVENTION_FIELDS = ("classifier", "class_token", "no_embed_class", "gelu_approximate", "fc_norm",
+                     "layer_norm_epsilon", "input_mean", "input_std")
+# Fields a dataset decides for a training run.
+DATA_FIELDS = ("classes", "channels")
 # Fields that shape training only: the same weights compute the same function whatever they are.
 TRAINING_FIELDS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers")
 

@@ -347,8 +347,7 @@ def _named_builder(variant):
     """A `keras.applications`-style builder for `variant` ("B/16", "R50+B/16")."""
     config = decode_variant(variant)
     stem, _, body = variant.rpartition("+")
-    size, stride = body.split("/")
-    builder_name = f"{stem}_ViT_{size}{stride}".lstrip("_")
+    builder_name = f"{stem}_ViT_{body.replace('/', '')}".lstrip("_")
 
     def builder(
         include_top=True,
@@ -383,16 +382,22 @@ def _named_builder(variant):
         )
 
     builder.__name__ = builder.__qualname__ = builder_name
+    builder.__doc__ = _builder_doc(variant, config, builder_name)
+    return builder
+
+
+def _builder_doc(variant, config, builder_name):
+    """The docstring of a named builder: its sizes, its stem, and a runnable example."""
+    stem, _, body = variant.rpartition("+")
     stem_note = ""
     if stem:
         stem_note = (f", behind a ResNet stem of {config.resnet_num_layers} units per stage "
                      f"and {config.patch_size[0]}x{config.patch_size[1]} patches on its features")
-    builder.__doc__ = BASE_DOCSTRING.format(
+    return BASE_DOCSTRING.format(
         title=f"{stem}+ViT-{body}".lstrip("+"), stem=stem_note, builder=builder_name,
-        example_size=int(stride) * 4, hidden_size=config.hidden_size, num_layers=config.num_layers,
+        example_size=int(body.split("/")[1]) * 4, hidden_size=config.hidden_size, num_layers=config.num_layers,
         num_heads=config.num_heads, mlp_dim=config.mlp_dim,
     )
-    return builder
 
 
 ViT_Ti16 = _named_builder("Ti/16")

@@ -245,11 +245,6 @@ def _check_dataset(recipe):
                          "received num_classes=0")
 
 
-# Fields that change what given weights compute: a checkpoint and the model it starts must agree on them.
-_FUNCTION_FIELDS = ("classifier", "class_token", "no_embed_class", "gelu_approximate", "fc_norm",
-                    "layer_norm_epsilon", "input_mean", "input_std")
-
-
 def _check_pretrained(recipe):
     """A weights file must exist and compute as the model does; a name must be one the variant has (no download)."""
     from keras_vit import checkpoints, pretrained
@@ -279,7 +274,7 @@ def _same(mine, theirs):
 def _check_conventions(model, checkpoint, source):
     """Fine-tuning starts from a checkpoint's function: the fields that define it must be the checkpoint's."""
     differ = [f"{name}={getattr(model, name)!r} (the checkpoint's: {getattr(checkpoint, name)!r})"
-              for name in _FUNCTION_FIELDS if not _same(getattr(model, name), getattr(checkpoint, name))]
+              for name in vit_config.CONVENTION_FIELDS if not _same(getattr(model, name), getattr(checkpoint, name))]
     if differ:
         raise ValueError(f"The model differs from {source} in what its weights compute: {', '.join(differ)}; "
                          "set these fields to the checkpoint's")

@@ -44,8 +44,8 @@ _EVAL_EVERY = flags.DEFINE_integer(
 _DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Enable TF op determinism (reproducible on CPU).")
 
 
-# The model's fields a run sets; its classes and channels are the dataset's.
-MODEL_FIELDS = {name: field for name, field in vit_config.FIELDS.items() if name not in ("classes", "channels")}
+# The model's fields a run sets (its classes and channels are the dataset's).
+MODEL_FIELDS = {name: field for name, field in vit_config.FIELDS.items() if name not in vit_config.DATA_FIELDS}
 
 
 def _define_field_flags():
