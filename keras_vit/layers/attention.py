@@ -6,18 +6,11 @@ head_dim); `out/kernel`: (heads, head_dim, D)), so official checkpoints map
 one to one. As Flax, the query is divided by sqrt(head_dim) before the dot
 products.
 
-Relative attention (Appendix D.4 of Dosovitskiy et al., 2021): every
-query-key offset has a learned embedding; an extra attention uses the
-original queries against these embeddings as keys, and its logits are added
-to the content logits before the softmax.
-- `"relative"`: offsets `p_q - p_k` along the flattened sequence (prefix
-  tokens included), as in the paper: 2L - 1 embeddings for L tokens.
-- `"relative_2d"`: (row, column) offsets between patches, (2R-1)(2C-1)
-  embeddings, plus three for prefix-to-patch, patch-to-prefix and
-  prefix-to-prefix pairs (BEiT's convention).
-The offset logits are computed once per offset, `(batch, heads, L,
-offsets)`, then gathered to `(batch, heads, L, L)`, so the cost stays that of
-one more attention matmul.
+Relative attention (Appendix D.4 of Dosovitskiy et al., 2021) adds logits
+that depend on each query-key offset: `"relative"` (1-D offsets along the
+sequence) and `"relative_2d"` ((row, column) offsets between patches). Each
+is a module of `keras_vit.positions`, which gives its tables, its logits and
+its resize; this layer holds the tables.
 """
 
 import math
@@ -26,33 +19,12 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit import positions
 from keras_vit.layers.utils import check_choice, to_pair
-from keras_vit.resize import INTERPOLATIONS, resize_grid, resize_sequence
+from keras_vit.positions.relative_2d import relative_2d_index  # noqa: F401 (its home before the registry)
+from keras_vit.resize import INTERPOLATIONS
 
-RELATIVE_POSITIONS = (None, "relative", "relative_2d")
-
-
-def relative_2d_index(grid_size, num_prefix_tokens):
-    """`(L, L)` int32 index of each (query, key) pair into the offset table.
-
-    Patches at (r1, c1), (r2, c2) use offset (r1 - r2, c1 - c2), stored
-    row-major in a (2R-1, 2C-1) table; the three entries after it serve pairs
-    that involve a prefix token.
-    """
-    rows, cols = grid_size
-    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    r, c = r.reshape(-1), c.reshape(-1)
-    dr = r[:, None] - r[None, :] + rows - 1
-    dc = c[:, None] - c[None, :] + cols - 1
-    patch_index = dr * (2 * cols - 1) + dc
-    size = (2 * rows - 1) * (2 * cols - 1)
-    p = num_prefix_tokens
-    index = np.empty((p + rows * cols,) * 2, np.int32)
-    index[p:, p:] = patch_index
-    index[:p, p:] = size  # prefix -> patch
-    index[p:, :p] = size + 1  # patch -> prefix
-    index[:p, :p] = size + 2  # prefix -> prefix
-    return index
+RELATIVE_POSITIONS = (None, *(name for name, kind in positions.KINDS.items() if kind.biases_attention))
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -109,6 +81,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 f"relative_position={relative_position!r} needs `grid_size`; received grid_size=None"
             )
         self.grid_size = None if grid_size is None else to_pair(grid_size, "grid_size")
+        # The relative kind's tables, logits and resize (keras_vit.positions); "none" without.
+        self.position = positions.get(relative_position or "none")
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.interpolation = check_choice(interpolation, INTERPOLATIONS, "interpolation")
         self.dropout = keras.layers.Dropout(
@@ -141,77 +115,31 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="output_kernel", shape=(self.num_heads, head_dim, width), initializer=kernel_init
         )
         self.output_bias = self.add_weight(name="output_bias", shape=(width,), initializer="zeros")
+        # N(0, 0.02), as the official position table.
         table_init = keras.initializers.RandomNormal(stddev=0.02)
-        if self.relative_position == "relative":
-            length = self.num_prefix_tokens + math.prod(self.grid_size)
-            self.relative_embedding = self.add_weight(
-                name="relative_embedding",
-                shape=(2 * length - 1, self.num_heads, head_dim),
-                initializer=table_init,
-            )
-        elif self.relative_position == "relative_2d":
-            rows, cols = self.grid_size
-            self.relative_embedding = self.add_weight(
-                name="relative_embedding",
-                shape=(2 * rows - 1, 2 * cols - 1, self.num_heads, head_dim),
-                initializer=table_init,
-            )
-            self.prefix_relative_embedding = self.add_weight(
-                name="prefix_relative_embedding",
-                shape=(3, self.num_heads, head_dim),
-                initializer=table_init,
-            )
+        shapes = self.position.weight_shapes(width, self.grid_size, self.num_prefix_tokens, self.num_heads)
+        for name, shape in shapes.items():  # self.relative_embedding, ...
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=table_init))
         self.dropout.build(None)
+
+    def _position_weights(self):
+        return {name: getattr(self, name) for name in self.position.weight_names}
 
     def relative_logits(self, query):
         """Logits of the relative attention, `(batch, heads, L, L)`."""
-        static_length = query.shape[1]
-        length = ops.shape(query)[1] if static_length is None else static_length
-        if self.relative_position == "relative":
-            table = self.relative_embedding
-            if static_length != (table.shape[0] + 1) // 2:
-                table = resize_sequence(table, 2 * length - 1, self.interpolation)
-            positions = ops.arange(length, dtype="int32")
-            index = positions[:, None] - positions[None, :] + length - 1
-        else:
-            if length != self.num_prefix_tokens + math.prod(self.grid_size):
-                raise ValueError(
-                    f"relative_2d attention was built for the grid {self.grid_size} with "
-                    f"{self.num_prefix_tokens} prefix tokens ({self.num_prefix_tokens + math.prod(self.grid_size)} "
-                    f"tokens); received {length} tokens. Build the model for the new resolution "
-                    "and load the weights into it (the tables are resized on load)."
-                )
-            table = ops.concatenate(
-                [
-                    ops.reshape(self.relative_embedding, (-1, *self.relative_embedding.shape[2:])),
-                    self.prefix_relative_embedding,
-                ],
-                axis=0,
-            )
-            index = relative_2d_index(self.grid_size, self.num_prefix_tokens)
-        table = ops.cast(table, query.dtype)
-        per_offset = ops.einsum("bqhd,ohd->bhqo", query, table)
-        return ops.take_along_axis(per_offset, ops.convert_to_tensor(index)[None, None], axis=-1)
+        return self.position.logits(
+            self._position_weights(), query, self.grid_size, self.num_prefix_tokens, self.interpolation
+        )
 
     def resized_weights(self, grid_size):
         """Relative tables resampled for `grid_size`, as float32 numpy arrays.
 
         Returns a dict keyed by weight name (empty without relative position).
         """
-        rows, cols = to_pair(grid_size, "grid_size")
-        if self.relative_position == "relative":
-            table = np.asarray(self.relative_embedding.numpy(), np.float64)
-            length = self.num_prefix_tokens + rows * cols
-            resized = resize_sequence(table, 2 * length - 1, self.interpolation)
-            return {"relative_embedding": np.asarray(resized, np.float32)}
-        if self.relative_position == "relative_2d":
-            table = np.asarray(self.relative_embedding.numpy(), np.float64)
-            resized = resize_grid(table, (2 * rows - 1, 2 * cols - 1), self.interpolation)
-            return {
-                "relative_embedding": np.asarray(resized, np.float32),
-                "prefix_relative_embedding": self.prefix_relative_embedding.numpy(),
-            }
-        return {}
+        tables = {name: np.asarray(w.numpy(), np.float64) for name, w in self._position_weights().items()}
+        return self.position.resize(
+            tables, to_pair(grid_size, "grid_size"), self.num_prefix_tokens, self.interpolation, self.grid_size
+        )
 
     def call(self, inputs, training=None, return_attention_scores=False):
         def project(name):
@@ -222,7 +150,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query = project("query") / ops.cast(math.sqrt(head_dim), inputs.dtype)
         key, value = project("key"), project("value")
         logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
-        if self.relative_position:
+        if self.position.biases_attention:
             logits = logits + self.relative_logits(query)
         # Softmax in float32: under mixed precision bf16 logits lose the
         # small differences that decide the attention pattern.

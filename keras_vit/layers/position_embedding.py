@@ -1,48 +1,29 @@
 """Absolute position embeddings, and the assembly of the token sequence.
 
-Appendix D.4 of Dosovitskiy et al. (2021) compares the kinds offered here:
-- `"learned_1d"`: one learned row per sequence position, prefix tokens
-  included (the paper's default; `Transformer/posembed_input/pos_embedding`
-  in the official checkpoints, initialised with a normal of stddev 0.02).
-- `"learned_2d"`: a row table and a column table of width D/2 each; a patch
-  gets the concatenation of its row's and its column's embedding.
-- `"sincos_2d"`: fixed sines and cosines of the column and row index
-  (big_vision's `posemb_sincos_2d`, temperature 10000).
-- `"none"`: no absolute position (used with relative attention).
-
 The layer takes the patch grid and the prefix tokens and returns the flat
-sequence, because the two conventions differ only in where prefix tokens get
-a position: `learned_1d` adds its first rows to them (the official code
+sequence, because the conventions differ only in where prefix tokens get a
+position: `learned_1d` adds its first rows to them (the official code
 concatenates the class token, then adds), the 2-D kinds leave them alone.
 
-Every kind stores its grid as (rows, cols) and resamples it to another grid:
-in the graph when the model sees another resolution (`dynamic_image_size`),
-or once with `resized_weights` when a checkpoint is loaded at a new size.
+Each kind (`"learned_1d"`, `"learned_2d"`, `"sincos_2d"`, `"none"`; Appendix
+D.4 of Dosovitskiy et al., 2021) is a module of `keras_vit.positions`, which
+gives its weights, its table for a grid and its resize; this layer holds the
+weights. Tables are made for `grid_size` and resampled to another grid: in
+the graph when the model sees another resolution (`dynamic_image_size`), or
+once with `resized_weights` when a checkpoint is loaded at a new size.
 """
 
 import keras
 import numpy as np
 from keras import ops
 
+from keras_vit import positions
 from keras_vit.layers.utils import check_choice, to_pair
-from keras_vit.resize import INTERPOLATIONS, resize_grid, resize_sequence
+from keras_vit.positions.sincos_2d import sincos_2d  # noqa: F401 (its home before the registry)
+from keras_vit.resize import INTERPOLATIONS
 
-KINDS = ("learned_1d", "learned_2d", "sincos_2d", "none")
-
-
-def sincos_2d(rows, cols, width, temperature=10000.0, dtype="float32"):
-    """Fixed 2-D sine-cosine embeddings, `(rows * cols, width)`.
-
-    The first half of the width encodes the column, the second the row, each
-    as sines then cosines of `width / 4` geometric frequencies (big_vision).
-    """
-    quarter = width // 4
-    omega = ops.arange(quarter, dtype=dtype) / max(quarter - 1, 1)
-    omega = 1.0 / ops.power(ops.cast(temperature, dtype), omega)
-    y, x = ops.meshgrid(ops.arange(rows, dtype=dtype), ops.arange(cols, dtype=dtype), indexing="ij")
-    x = ops.reshape(x, (-1, 1)) * omega[None]
-    y = ops.reshape(y, (-1, 1)) * omega[None]
-    return ops.concatenate([ops.sin(x), ops.cos(x), ops.sin(y), ops.cos(y)], axis=1)
+# The kinds that do not live in the attention.
+KINDS = tuple(name for name, kind in positions.KINDS.items() if not kind.biases_attention)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -92,6 +73,8 @@ class PositionEmbedding(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.kind = check_choice(kind, KINDS, "kind")
+        # The kind's weights, table and resize (keras_vit.positions).
+        self.position = positions.get(kind)
         self.grid_size = to_pair(grid_size, "grid_size")
         if int(num_prefix_tokens) < 0:
             raise ValueError(
@@ -112,29 +95,9 @@ class PositionEmbedding(keras.layers.Layer):
                 "PositionEmbedding expects a patch grid (batch, rows, cols, hidden_size); "
                 f"received shape {tuple(patches_shape)}"
             )
-        width = patches_shape[-1]
-        rows, cols = self.grid_size
-        if self.kind == "learned_1d":
-            self.embedding = self.add_weight(
-                name="embedding",
-                shape=(1, self.prefix_rows + rows * cols, width),
-                initializer=self.initializer,
-            )
-        elif self.kind == "learned_2d":
-            if width % 2:
-                raise ValueError(
-                    f"learned_2d position embeddings need an even hidden_size; received {width}"
-                )
-            self.row_embedding = self.add_weight(
-                name="row_embedding", shape=(rows, width // 2), initializer=self.initializer
-            )
-            self.column_embedding = self.add_weight(
-                name="column_embedding", shape=(cols, width // 2), initializer=self.initializer
-            )
-        elif self.kind == "sincos_2d" and width % 4:
-            raise ValueError(
-                f"sincos_2d position embeddings need hidden_size divisible by 4; received {width}"
-            )
+        shapes = self.position.weight_shapes(patches_shape[-1], self.grid_size, self.prefix_rows)
+        for name, shape in shapes.items():  # e.g. self.embedding: the official (1, 1 + N, D) table
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=self.initializer))
 
     def grid_table(self, rows, cols, width, tables=None):
         """The `(rows * cols, width)` embeddings of a grid, or None for "none".
@@ -146,28 +109,9 @@ class PositionEmbedding(keras.layers.Layer):
                 names), e.g. float64 arrays when resizing a checkpoint.
         """
         tables = tables or {w.name: w for w in self.weights}
-        # Tensors stand for sizes unknown until run time: always resample
-        # them (the matrices are the identity when the sizes agree).
-        static = isinstance(rows, int) and isinstance(cols, int)
-        resample = not static or (rows, cols) != self.grid_size
-        if self.kind == "learned_1d":
-            grid = ops.reshape(
-                tables["embedding"][0, self.prefix_rows :], (*self.grid_size, -1)
-            )
-            if resample:
-                grid = resize_grid(grid, (rows, cols), self.interpolation)
-            return ops.reshape(grid, (-1, grid.shape[-1]))
-        if self.kind == "learned_2d":
-            row, column = tables["row_embedding"], tables["column_embedding"]
-            if resample:
-                row = resize_sequence(row, rows, self.interpolation)
-                column = resize_sequence(column, cols, self.interpolation)
-            row = ops.broadcast_to(row[:, None], (rows, cols, row.shape[-1]))
-            column = ops.broadcast_to(column[None, :], (rows, cols, column.shape[-1]))
-            return ops.reshape(ops.concatenate([row, column], axis=-1), (rows * cols, -1))
-        if self.kind == "sincos_2d":
-            return sincos_2d(rows, cols, width)
-        return None
+        return self.position.table(
+            tables, (rows, cols), self.grid_size, self.prefix_rows, width, self.interpolation
+        )
 
     def resized_weights(self, grid_size):
         """Weights of this layer resampled for `grid_size`, as numpy arrays.
@@ -176,20 +120,10 @@ class PositionEmbedding(keras.layers.Layer):
         `self.interpolation` in float64 (the official code uses
         `scipy.ndimage.zoom(order=1)`). Returns a dict keyed by weight name.
         """
-        rows, cols = to_pair(grid_size, "grid_size")
         tables = {w.name: np.asarray(w.numpy(), np.float64) for w in self.weights}
-        if self.kind == "learned_1d":
-            width = tables["embedding"].shape[-1]
-            grid = self.grid_table(rows, cols, width, tables)
-            prefix = tables["embedding"][0, : self.prefix_rows]
-            table = np.concatenate([prefix, np.asarray(grid)])[None]
-            return {"embedding": table.astype(np.float32)}
-        if self.kind == "learned_2d":
-            return {
-                name: np.asarray(resize_sequence(tables[name], size, self.interpolation), np.float32)
-                for name, size in (("row_embedding", rows), ("column_embedding", cols))
-            }
-        return {}
+        return self.position.resize(
+            tables, to_pair(grid_size, "grid_size"), self.prefix_rows, self.interpolation, self.grid_size
+        )
 
     def call(self, patches, prefix_tokens=None):
         if (prefix_tokens is None and self.num_prefix_tokens) or (
@@ -211,9 +145,9 @@ class PositionEmbedding(keras.layers.Layer):
             tokens = tokens + ops.cast(table, self.compute_dtype)[None]
         if not self.num_prefix_tokens:
             return tokens
-        if self.kind == "learned_1d" and self.prefix_rows:
-            prefix_rows = self.embedding[:, : self.prefix_rows]
-            prefix_tokens = prefix_tokens + ops.cast(prefix_rows, self.compute_dtype)
+        prefix_table = self.position.prefix_table({w.name: w for w in self.weights}, self.prefix_rows)
+        if prefix_table is not None:
+            prefix_tokens = prefix_tokens + ops.cast(prefix_table, self.compute_dtype)
         return ops.concatenate([ops.cast(prefix_tokens, tokens.dtype), tokens], axis=1)
 
     def compute_output_shape(self, patches_shape, prefix_tokens_shape=None):
