@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 
+from keras_vit import positions
 from keras_vit.config import TRAINING_FIELDS, ViTConfig
 from keras_vit.layers import PositionEmbedding, ScannedEncoder
 from keras_vit.layers.resnet_stem import output_stride
@@ -38,9 +39,8 @@ RULES = (
     (r"resnet_stem/((?:block\d+/unit\d+/)?gn(?:_root|1|2|3|_proj))/beta", r"\1/bias", GROUP_NORM),
     (r"patch_embedding/(kernel|bias)", r"embedding/\1"),
     (r"class_token/token", "cls"),
-    (r"position_embedding/embedding", "Transformer/posembed_input/pos_embedding"),
-    # keras_vit extension: learned_2d tables.
-    (r"position_embedding/(row|column)_embedding", r"Transformer/posembed_input/\1_embedding"),
+    # Position tables (official pos_embedding; keras_vit extension: learned_2d and relative tables): each kind's own keys.
+    *positions.checkpoint_rules(),
     (r"encoder_block_(\d+)/norm_1/gamma", r"Transformer/encoderblock_\1/LayerNorm_0/scale"),
     (r"encoder_block_(\d+)/norm_1/beta", r"Transformer/encoderblock_\1/LayerNorm_0/bias"),
     (
@@ -50,11 +50,6 @@ RULES = (
     (
         r"encoder_block_(\d+)/attention/output_(kernel|bias)",
         r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/out/\2",
-    ),
-    # keras_vit extension: relative attention tables.
-    (
-        r"encoder_block_(\d+)/attention/((?:prefix_)?relative_embedding)",
-        r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/\2",
     ),
     (r"encoder_block_(\d+)/norm_2/gamma", r"Transformer/encoderblock_\1/LayerNorm_2/scale"),
     (r"encoder_block_(\d+)/norm_2/beta", r"Transformer/encoderblock_\1/LayerNorm_2/bias"),
@@ -113,16 +108,6 @@ def read_npz(path):
     with _gfile().GFile(str(path), "rb") as f:
         with np.load(io.BytesIO(f.read()), allow_pickle=False) as archive:
             return {key: archive[key] for key in archive.files}
-
-
-def _square_grid(num_patches, key):
-    side = math.isqrt(num_patches)
-    if side * side != num_patches:
-        raise ValueError(
-            f"{key} holds {num_patches} patch positions, not a square grid; give its grid: "
-            "`image_size=(height, width)` to ViT.from_checkpoint, `source_grid_size=(rows, cols)` to a loader"
-        )
-    return side, side
 
 
 def describe(arrays):
@@ -278,22 +263,16 @@ def _official_stem(arrays):
 
 
 def _official_positions(arrays, class_token, source, image_size):
-    """`(kind, grid)`: the position embedding the tables are, and the patch grid they are made for."""
-    posembed, relative = "Transformer/posembed_input/", _ATTENTION.format(0) + "relative_embedding"
-    if posembed + "pos_embedding" in arrays:
-        positions = arrays[posembed + "pos_embedding"].shape[1] - class_token
-        return "learned_1d", None if image_size else _square_grid(positions, f"{source}: pos_embedding")
-    if posembed + "row_embedding" in arrays:
-        return "learned_2d", (len(arrays[posembed + "row_embedding"]), len(arrays[posembed + "column_embedding"]))
-    if relative in arrays and arrays[relative].ndim == 4:
-        return "relative_2d", tuple((n + 1) // 2 for n in arrays[relative].shape[:2])
-    if relative in arrays:
-        length = (len(arrays[relative]) + 1) // 2 - class_token
-        return "relative", None if image_size else _square_grid(length, f"{source}: relative_embedding")
+    """`(kind, grid)`: the position embedding whose tables the file holds, and the patch grid they are made for."""
+    for kind in positions.KINDS.values():
+        tables = kind.file_tables(arrays)
+        if kind.in_file(tables):
+            return kind.name, None if image_size else kind.file_grid(tables, class_token, source)
+    weightless = " or ".join(repr(name) for name, kind in positions.KINDS.items() if not kind.weight_names)
     raise ValueError(
-        f"{source} has no position table: it was made with position_embedding 'sincos_2d' or 'none', which "
+        f"{source} has no position table: it was made with position_embedding {weightless}, which "
         "hold no weights, and a file not written by keras_vit does not say which. Pass "
-        "position_embedding='sincos_2d' or 'none' (and image_size) to ViT(...) with weights=this file"
+        f"position_embedding={weightless} (and image_size) to ViT(...) with weights=this file"
     )
 
 
@@ -375,8 +354,8 @@ def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, so
         value = value.reshape(shape)
     if tuple(value.shape) == shape:
         return value
-    if not (layer_path == "position_embedding" or name.endswith("relative_embedding")):
-        return None
+    if not positions.is_table(path_in_model):
+        return None  # only position tables resize to another grid
     if block is not None:
         raise ValueError(
             f"{key} is made for another grid: {value.shape} vs {shape}. Resizing relative "
@@ -387,7 +366,8 @@ def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, so
         layer = model.get_layer(layer_name)
         layer = layer if layer_path == layer_name else layer.attention
         resized[layer_path] = _resize_tables(layer, arrays, source_grid_size)
-    return resized[layer_path][name]
+    value = resized[layer_path][name]
+    return value if tuple(value.shape) == shape else None  # e.g. another width
 
 
 def _assign(model, values):
@@ -399,36 +379,20 @@ def _assign(model, values):
 
 
 def _resize_tables(layer, arrays, source_grid_size):
-    """Resamples a layer's tables in `arrays` to the layer's own grid.
+    """The file's tables for `layer` (a `PositionEmbedding` or an attention) resampled to the layer's grid.
 
-    A twin of `layer` is built at the file's grid (inferred from the table
-    shapes, or `source_grid_size` for a non-square `learned_1d` table), takes
-    the file's tables, and resamples them with `resized_weights`.
+    The layer's kind resamples them in float64 from the grid it reads off
+    their shapes (or `source_grid_size`, for a non-square `learned_1d` table).
     """
-    tables = {w.name: arrays[official_key(w.path)[0]] for w in layer.weights
-              if w.name.endswith("embedding")}
+    kind = layer.position
+    # float32 first: the tables are the float32 weights they would be loaded into.
+    tables = {w.name: np.asarray(arrays[official_key(w.path)[0]], np.float32).astype(np.float64)
+              for w in layer.weights if w.name in kind.weight_names}
     prefix = layer.prefix_rows if isinstance(layer, PositionEmbedding) else layer.num_prefix_tokens
-    config = layer.get_config()
-    if isinstance(layer, PositionEmbedding) and layer.kind == "learned_2d":
-        grid = (len(tables["row_embedding"]), len(tables["column_embedding"]))
-    elif isinstance(layer, PositionEmbedding):
-        grid = source_grid_size or _square_grid(tables["embedding"].shape[1] - prefix, "pos_embedding")
-    elif layer.relative_position == "relative_2d":
-        grid = tuple((n + 1) // 2 for n in tables["relative_embedding"].shape[:2])
-    else:  # 1-D relative: only the sequence length matters
-        grid = (1, (len(tables["relative_embedding"]) + 1) // 2 - prefix)
-    config.update(grid_size=grid, name=f"{layer.name}_source")
-    source = type(layer).from_config(config)
-    width = arrays["embedding/bias"].shape[-1]  # the model width
-    if isinstance(layer, PositionEmbedding):
-        source.build((None, *grid, width))
-    else:
-        source.build((None, None, width))
-    for weight in source.weights:
-        if weight.name in tables:
-            weight.assign(tables[weight.name])
-    logging.info("%s resized from grid %s to %s", layer.name, grid, layer.grid_size)
-    return source.resized_weights(layer.grid_size)
+    resized = kind.resize(tables, layer.grid_size, prefix, layer.interpolation, source_grid_size)
+    for name, table in resized.items():
+        logging.info("%s/%s resized from %s to %s", layer.name, name, tables[name].shape, table.shape)
+    return resized
 
 
 def _config_not_in_shapes(config, arrays):

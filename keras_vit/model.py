@@ -11,7 +11,7 @@ import logging
 
 import keras
 
-from keras_vit import checkpoints, pretrained
+from keras_vit import checkpoints, positions, pretrained
 from keras_vit import layers as vit_layers
 from keras_vit.config import FIELDS, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
@@ -125,9 +125,10 @@ def _embed(config, images):
                                          name="resnet_stem")(images)
     patches = vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, name="patch_embedding")(features)
     prefix = vit_layers.ClassToken(name="class_token")(patches) if config.class_token else None
-    relative = config.position_embedding.startswith("relative")
+    # A kind that biases attention lives in the blocks; this layer then only assembles the sequence.
+    kind = positions.get(config.position_embedding)
     tokens = vit_layers.PositionEmbedding(
-        "none" if relative else config.position_embedding,
+        config.position_embedding if kind.adds_to_tokens else "none",
         grid_size=config.grid_size,
         num_prefix_tokens=config.num_prefix_tokens,
         interpolation=config.interpolation,
@@ -139,7 +140,7 @@ def _embed(config, images):
 
 def _encode(config, tokens):
     """The encoder blocks, unrolled or as one `ScannedEncoder`."""
-    relative = config.position_embedding if config.position_embedding.startswith("relative") else None
+    relative = config.position_embedding if positions.get(config.position_embedding).biases_attention else None
     block_config = dict(
         num_heads=config.num_heads,
         mlp_dim=config.mlp_dim,
