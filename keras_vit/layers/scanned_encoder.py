@@ -11,7 +11,6 @@ one per block, which cuts the first XLA call and training step
 
 import keras
 from keras import ops
-from keras.src.backend.common import global_state
 
 from keras_vit.layers.drop_path import linear_rate
 from keras_vit.layers.encoder_block import EncoderBlock
@@ -42,17 +41,27 @@ class _PerBlock(keras.initializers.Initializer):
 
 
 def _unallocated_build(layer, input_shape):
-    """Builds `layer` so its variables hold no memory: they only name the slices fed to it.
+    """Builds `layer` with variables that hold no memory; returns its trainable variables' initializers.
 
-    Keras defers the values of variables made in a stateless scope and
-    allocates them when the outermost scope closes, unless they leave its
-    to-do list, which is what the last lines do.
+    The variables only name the slices fed to the layer's `stateless_call`.
+    Keras offers no public way to keep a variable unallocated nor to read its
+    initializer, so this function is the one place that relies on Keras
+    internals (keras/src/backend/common/variables.py; checked on the installed
+    version by test_the_keras_internals_of_unallocated_build_still_hold):
+    - a variable made in `keras.StatelessScope(initialize_variables=False)`
+      has no value, keeps its initializer in `variable._initializer`, and
+      waits in the global list "uninitialized_variables" until an
+      initialising scope closes;
+    - taken off that list, it stays without a value.
     """
+    from keras.src.backend.common import global_state
+
     with keras.StatelessScope(initialize_variables=False):
         layer.build(input_shape)
     own = {id(v) for v in layer.weights}
     pending = global_state.get_global_attribute("uninitialized_variables") or []
     global_state.set_global_attribute("uninitialized_variables", [v for v in pending if id(v) not in own])
+    return [v._initializer for v in layer.trainable_variables]
 
 
 def _path_in_block(variable, block):
@@ -100,7 +109,7 @@ class ScannedEncoder(keras.layers.Layer):
 
     def build(self, input_shape):
         block = EncoderBlock(**self.block_config, dtype=self.dtype_policy, name="block")
-        _unallocated_build(block, input_shape)
+        initializers = _unallocated_build(block, input_shape)
         # Only the block's call is kept: Keras would track, save and load the block itself.
         self._run_block = block.stateless_call
         # The block's non-trainable state is the seeds of its random layers, fed anew to each block
@@ -111,10 +120,10 @@ class ScannedEncoder(keras.layers.Layer):
             self.add_weight(
                 name=_path_in_block(v, block).replace("/", "."),
                 shape=(self.num_layers, *v.shape),
-                initializer=_PerBlock(v._initializer, self.num_layers),
+                initializer=_PerBlock(initializer, self.num_layers),
                 dtype=v.dtype,
             )
-            for v in block.trainable_variables
+            for v, initializer in zip(block.trainable_variables, initializers)
         ]
 
     def call(self, inputs, training=None):

@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit.layers import EncoderBlock, ScannedEncoder
+from keras_vit.layers.scanned_encoder import _unallocated_build
 from tests.layer_checks import check_layer, randomize_weights
 
 X = np.random.default_rng(3).normal(size=(2, 5, 8)).astype("float32")
@@ -107,6 +108,28 @@ def test_the_template_block_holds_no_memory_and_is_not_saved(tmp_path):
     assert len(model.weights) == len(template.weights)
     model.save(tmp_path / "m.keras")
     assert len(keras.models.load_model(tmp_path / "m.keras").weights) == len(template.weights)
+
+
+def test_the_keras_internals_of_unallocated_build_still_hold():
+    # `_unallocated_build` is keras_vit's one user of Keras internals (its docstring names them). When this
+    # fails, the installed Keras changed them: a scanned encoder would allocate its template block, or draw
+    # its stacked weights from the wrong initializers.
+    broken = (f"Keras {keras.__version__} changed an internal that "
+              "keras_vit.layers.scanned_encoder._unallocated_build relies on: ")
+    seeded = keras.initializers.RandomUniform(-1.0, 1.0, seed=7)
+    layer = keras.layers.Dense(3, kernel_initializer=seeded)
+    try:
+        initializers = _unallocated_build(layer, (None, 2))
+        unallocated = lambda: [getattr(v, "_value") is None for v in layer.weights]  # noqa: E731
+        assert all(unallocated()), broken + "a variable made in StatelessScope(initialize_variables=False) holds a value"
+    except (AttributeError, ImportError) as error:
+        pytest.fail(broken + repr(error))
+    np.testing.assert_array_equal(np.asarray(initializers[0]((2, 3))), np.asarray(seeded((2, 3))),
+                                  err_msg=broken + "`variable._initializer` is not the initializer it was made with")
+    with keras.StatelessScope():  # closing an initialising scope allocates every variable still waiting
+        other = keras.Variable(initializer="ones", shape=(2,))
+    assert all(unallocated()), broken + "off the 'uninitialized_variables' list, a variable still gets a value"
+    np.testing.assert_array_equal(other.numpy(), 1.0, err_msg=broken + "other waiting variables are no longer initialised")
 
 
 @pytest.mark.parametrize("num_layers", [0, 2.0, None])
