@@ -26,74 +26,7 @@ import re
 import numpy as np
 
 from keras_vit.config import ViTConfig
-
-# ------------------------------------------------------------------ safetensors
-# The format (huggingface/safetensors): 8-byte little-endian header length N,
-# N bytes of JSON {name: {dtype, shape, data_offsets}, "__metadata__": {...}},
-# then the raw little-endian bytes, offsets relative to the end of the header.
-_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
-
-
-def read_safetensors(path):
-    """`{name: np.ndarray}` of a local `.safetensors` file.
-
-    F32, F16 and F64 keep their dtype; BF16 becomes float32 (exactly: bf16 is
-    the upper half of a float32). Other dtypes, and files whose header or
-    data do not add up, raise a ValueError naming the file.
-    """
-    path = str(path)
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        header, start = _read_header(f, path, size)
-        return {name: _read_tensor(f, path, name, entry, start, size)
-                for name, entry in header.items() if name != "__metadata__"}
-
-
-def _read_header(f, path, size):
-    """The JSON header and the offset its data starts at."""
-    head = f.read(8)
-    if len(head) < 8:
-        raise ValueError(f"{path} is not a safetensors file: expected an 8-byte header length, found {len(head)} bytes")
-    length = int.from_bytes(head, "little")
-    if length > size - 8:
-        raise ValueError(f"{path} is truncated or not a safetensors file: its header length is {length} bytes "
-                         f"but only {size - 8} bytes follow")
-    try:
-        header = json.loads(f.read(length).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a safetensors file: expected a JSON header, found {exc}") from None
-    if not isinstance(header, dict):
-        raise ValueError(f"{path} is not a safetensors file: expected a JSON object header, "
-                         f"found {type(header).__name__}")
-    return header, 8 + length
-
-
-def _read_tensor(f, path, name, entry, start, size):
-    """One tensor, checked: a known dtype and exactly the bytes its shape needs, all present."""
-    try:
-        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-        if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)):
-            raise ValueError
-    except (TypeError, KeyError, ValueError):
-        raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {entry!r}; expected "
-                         "{dtype, shape, data_offsets: [begin, end]} of non-negative ints") from None
-    if dtype not in _DTYPES:
-        raise ValueError(f"{path}: tensor {name!r} has dtype {dtype}; keras_vit reads {sorted(_DTYPES)}")
-    needed = math.prod(shape) * np.dtype(_DTYPES[dtype]).itemsize
-    if end - begin != needed:
-        raise ValueError(f"{path}: tensor {name!r} of shape {shape} and dtype {dtype} needs {needed} bytes; "
-                         f"its data_offsets [{begin}, {end}) hold {end - begin}")
-    if start + end > size:
-        raise ValueError(f"{path} is truncated: tensor {name!r} needs bytes up to {start + end}, "
-                         f"found a file of {size} bytes")
-    f.seek(start + begin)
-    data = bytearray(needed)
-    f.readinto(data)
-    array = np.frombuffer(data, dtype=_DTYPES[dtype]).reshape(shape)
-    if dtype == "BF16":
-        array = (array.astype(np.uint32) << 16).view(np.float32)
-    return array
-
+from keras_vit.safetensors_file import read_safetensors
 
 # ------------------------------------------------------------- architectures
 # timm's registered ViT/DeiT builders keras_vit reads, with the model_args each
