@@ -4,13 +4,16 @@ The released files hold float32 arrays under `/`-joined Flax paths
 (`Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel`).
 Our layers keep the official shapes, so every weight maps one to one: the
 table `RULES` below pairs each keras_vit weight path with its official key,
-and both the reader and the writer use it. Official key names appear nowhere
-else in the package.
+and both the reader and the writer use it. Position tables take their rows
+from their kind's module (`keras_vit.positions`), which owns its keys;
+official key names appear nowhere else in the package (and in
+`keras_vit.timm_format`, which maps timm's names to them).
 
 Kinds the official code does not have (`learned_2d` position tables,
-relative attention) are written under keys of the same style, marked
-"keras_vit extension" below, so every keras_vit model round-trips through
-the format; the official code ignores keys it does not know.
+relative attention, timm's `fc_norm`, the stored `ViTConfig`) are written
+under keys of the same style, marked "keras_vit extension", so every
+keras_vit model round-trips through the format; the official code ignores
+keys it does not know. `official_config` reads a file's `ViTConfig` back.
 """
 
 import io
