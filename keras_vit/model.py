@@ -16,7 +16,7 @@ from keras_vit import layers as vit_layers
 from keras_vit.config import FIELDS, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
 from keras_vit.layers.utils import check_choice, to_pair
-from keras_vit.variants import decode_variant
+from keras_vit.variants import VARIANTS
 
 POOLINGS = (None, "token", "avg", "max")
 
@@ -346,7 +346,7 @@ BASE_DOCSTRING = """Builds {title}.
 
 def _named_builder(variant):
     """A `keras.applications`-style builder for `variant` ("B/16", "R50+B/16")."""
-    config = decode_variant(variant)
+    config = VARIANTS[variant]
     stem, _, body = variant.rpartition("+")
     builder_name = f"{stem}_ViT_{body.replace('/', '')}".lstrip("_")
 

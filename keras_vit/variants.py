@@ -90,6 +90,13 @@ def decode_variant(variant):
     return ViTConfig(**fields)
 
 
+# The named variants, one builder each (`keras_vit.ViT_B16`, ...): the paper's, DeiT's Ti and S, and the
+# hybrids with official checkpoints.
+VARIANTS = {name: decode_variant(name) for name in (
+    "Ti/16", "S/16", "S/32", "B/8", "B/16", "B/32", "L/16", "L/32", "H/14",
+    "R+Ti/16", "R26+S/32", "R26+B/32", "R50+B/16", "R50+L/32")}
+
+
 def variant_fields(variant):
     """The fields that make the encoder of `variant`: patch, sizes and stem (None without one)."""
     names = ("patch_size", *(f.name for f in dataclasses.fields(Size)), *(f.name for f in dataclasses.fields(Stem)))

@@ -21,3 +21,14 @@ def test_a_variant_is_named_back_from_its_config(name):
 def test_unknown_variant_names_the_accepted_form(name):
     with pytest.raises(ValueError, match=f"received variant={name!r}"):
         decode_variant(name)
+
+
+def test_every_named_variant_has_its_builder():
+    import keras_vit
+    from keras_vit.variants import VARIANTS
+
+    for name, config in VARIANTS.items():
+        stem, _, body = name.rpartition("+")
+        builder = getattr(keras_vit, f"{stem}_ViT_{body.replace('/', '')}".lstrip("_"))
+        assert builder.__doc__.startswith(f"Builds {name.replace('+', '+ViT-') if stem else 'ViT-' + name}")
+        assert config == decode_variant(name)
