@@ -1,0 +1,138 @@
+"""The encoder of a built keras_vit model, walked block by block on its own graph.
+
+The analyses need what each block gives: its output tokens and its attention
+weights. `block_outputs` runs the model's own blocks again on the tokens
+that enter the encoder, so the Keras models built from it share the model's
+weights (nothing is copied, and they follow the model when it trains).
+
+Each block runs inside a fresh view layer (`SharedBlock`) rather than by a
+second call of the block itself: Keras (3.15) checks a functional model's
+connections with the outputs of a layer's *first* call, so a block called
+again with `return_attention_scores=True` gives a model Keras refuses
+("Output ... is not connected to `inputs`").
+
+A `ScannedEncoder` (`scan_layers=True`) runs its blocks inside one loop and
+returns the last block's tokens only. `ScannedBlock` is a view of one of its
+blocks: it runs the encoder's block computation on that block's slice of the
+stacked weights, exactly as the loop does, so per-block outputs need no
+unrolled twin model and no weight copy.
+"""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.scanned_encoder import ScannedEncoder
+
+
+class SharedBlock(keras.layers.Layer):
+    """A model's `EncoderBlock`, run at inference as a layer of another graph.
+
+    Not serialisable on its own (it holds the block, whose weights stay the
+    model's).
+
+    Args:
+        block: a built `EncoderBlock`.
+
+    Call arguments:
+        tokens: `(batch, tokens, width)`.
+        return_attention_scores: bool. Also return the block's attention
+            weights, `(batch, heads, tokens, tokens)`.
+    """
+
+    def __init__(self, block, **kwargs):
+        super().__init__(**kwargs)
+        self.block = block
+
+    def call(self, tokens, return_attention_scores=False):
+        return self.block(tokens, training=False, return_attention_scores=return_attention_scores)
+
+
+class ScannedBlock(keras.layers.Layer):
+    """Block `index` of a `ScannedEncoder`, at inference, on the encoder's own weights.
+
+    Not serialisable on its own (it holds the encoder); a Keras model built
+    with it exports as a SavedModel (`model.export`) and traces in a
+    `tf.function`.
+
+    Args:
+        encoder: a built `ScannedEncoder`.
+        index: int. The block, in `[0, encoder.num_layers)`.
+
+    Call arguments:
+        tokens: `(batch, tokens, width)`.
+        return_attention_scores: bool. Also return the block's attention
+            weights, `(batch, heads, tokens, tokens)`.
+    """
+
+    def __init__(self, encoder, index, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = encoder
+        self.index = int(index)
+
+    def call(self, tokens, return_attention_scores=False):
+        encoder = self.encoder
+        weights = [ops.take(stacked, self.index, axis=0) for stacked in encoder.stacked]
+        # The encoder's loop body at inference (ScannedEncoder.call): its block's
+        # stateless call and the seeds it feeds a block that draws nothing.
+        outputs, _ = encoder._run_block(
+            weights, encoder._block_seeds(None, self.index), tokens,
+            training=False, return_attention_scores=return_attention_scores,
+        )
+        return outputs
+
+
+def encoder_layers(model):
+    """The model's `EncoderBlock`s in order, or its one `ScannedEncoder` in a list."""
+    check_model(model)
+    names = {layer.name: layer for layer in model.layers}
+    if "encoder" in names and isinstance(names["encoder"], ScannedEncoder):
+        return [names["encoder"]]
+    blocks = []
+    while f"encoder_block_{len(blocks)}" in names:
+        blocks.append(names[f"encoder_block_{len(blocks)}"])
+    return blocks
+
+
+def num_blocks(model):
+    """How many encoder blocks the model runs."""
+    layers = encoder_layers(model)
+    return layers[0].num_layers if isinstance(layers[0], ScannedEncoder) else len(layers)
+
+
+def block_outputs(model, return_attention_scores=False):
+    """Each block's output tokens (and attention weights) as Keras tensors of the model's graph.
+
+    Returns:
+        A list with one entry per block: its `(batch, tokens, width)` output,
+        or a pair `(output, (batch, heads, tokens, tokens) weights)`.
+    """
+    layers = encoder_layers(model)
+    tokens = layers[0].input  # the embedded sequence, as the model computed it
+    if isinstance(layers[0], ScannedEncoder):
+        views = [ScannedBlock(layers[0], i, name=f"encoder_block_{i}") for i in range(layers[0].num_layers)]
+    else:
+        views = [SharedBlock(block, name=block.name) for block in layers]
+    outputs = []
+    for view in views:
+        result = view(tokens, return_attention_scores=return_attention_scores)
+        tokens = result[0] if return_attention_scores else result
+        outputs.append(result)
+    return outputs
+
+
+def num_prefix_tokens(model):
+    """Tokens before the patches (class token, distillation token): as the model assembles its sequence."""
+    return model.get_layer("position_embedding").num_prefix_tokens
+
+
+def check_model(model):
+    """A ValueError unless `model` is a keras_vit ViT (its named layers are the contract)."""
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"`model` must be a keras_vit ViT model (keras.Model); received {type(model).__name__}")
+    names = {layer.name for layer in model.layers}
+    missing = [name for name in ("patch_embedding", "position_embedding") if name not in names]
+    if missing or not ({"encoder", "encoder_block_0"} & names):
+        raise ValueError(
+            "`model` must be a keras_vit ViT: layers 'patch_embedding', 'position_embedding' and "
+            f"'encoder_block_0'... or 'encoder'; received model {model.name!r} with layers {sorted(names)}"
+        )
