@@ -175,3 +175,21 @@ def test_command_line_prints_the_table_and_writes_json(tiny_model_path, data_dir
     # Random features of digits still beat chance (0.1) with 5 examples per class.
     assert report["results"]["5"]["mean"] > 0.2
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_a_folder_of_images_of_any_size(tmp_path):
+    # Class b is bright, class a dark: separable even by a random ViT's features.
+    rng = np.random.default_rng(5)
+    for split, count in (("train", 3), ("test", 2)):
+        for label, low in (("a", 0), ("b", 200)):
+            folder = tmp_path / "images" / split / label
+            folder.mkdir(parents=True)
+            for i in range(count):
+                pixels = rng.integers(low, low + 56, (10 + 3 * i, 14, 3), dtype=np.uint8)
+                (folder / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
+    model_path = tmp_path / "rgb.keras"
+    keras_vit.ViT(TINY, classes=2).save(model_path)
+    values = flag_values(model=str(model_path), dataset=f"folder:{tmp_path / 'images'}", shots=["1", "3"])
+    report = fewshot.evaluate(values)
+    assert (report["num_classes"], report["train_examples"], report["eval_examples"]) == (2, 6, 4)
+    assert report["results"]["3"]["draws"] == [1.0, 1.0]
