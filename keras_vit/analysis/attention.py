@@ -55,6 +55,7 @@ def attention_maps(model, images):
     """
     images = check_images(model, images)
     maps = attention_model(model).predict_on_batch(images)
+    maps = maps if isinstance(maps, list) else [maps]  # Keras gives one block's array bare
     return [np.asarray(m, np.float32) for m in maps]
 
 

@@ -1,21 +1,24 @@
 """The encoder of a built keras_vit model, walked block by block on its own graph.
 
 The analyses need what each block gives: its output tokens and its attention
-weights. `block_outputs` runs the model's own blocks again on the tokens
-that enter the encoder, so the Keras models built from it share the model's
-weights (nothing is copied, and they follow the model when it trains).
+weights. `block_outputs` takes them from the model's own graph, so the Keras
+models built on it share the model's weights (nothing is copied, and they
+follow the model when it trains):
+- an unrolled model's block outputs are its own tensors (`block.output`);
+- attention weights come from each block run again, with
+  `return_attention_scores=True`, inside a fresh view layer (`SharedBlock`):
+  Keras (3.15) checks a functional model's connections against the outputs
+  of a layer's *first* call, so a second call of the block itself with
+  another output structure gives a model Keras refuses ("Output ... is not
+  connected to `inputs`");
+- a `ScannedEncoder` (`scan_layers=True`) runs its blocks in one loop and
+  returns the last block's tokens only. `ScannedBlock` is a view of one of
+  its blocks: the encoder's own block computation on that block's slice of
+  the stacked weights, as the loop runs it. So per-block outputs need no
+  unrolled twin model and no weight copy.
 
-Each block runs inside a fresh view layer (`SharedBlock`) rather than by a
-second call of the block itself: Keras (3.15) checks a functional model's
-connections with the outputs of a layer's *first* call, so a block called
-again with `return_attention_scores=True` gives a model Keras refuses
-("Output ... is not connected to `inputs`").
-
-A `ScannedEncoder` (`scan_layers=True`) runs its blocks inside one loop and
-returns the last block's tokens only. `ScannedBlock` is a view of one of its
-blocks: it runs the encoder's block computation on that block's slice of the
-stacked weights, exactly as the loop does, so per-block outputs need no
-unrolled twin model and no weight copy.
+The views hold another model's layers, so a model built with them exports
+(`model.export`, `tf.function`) but is not saved as a `.keras` file.
 """
 
 import keras
@@ -23,12 +26,14 @@ from keras import ops
 
 from keras_vit.layers.scanned_encoder import ScannedEncoder
 
+_NOT_SAVED = ("{name} runs a block of another model on that model's weights and is not saved on its own: "
+              "save the ViT, load it, and build the analysis model again (or export it with model.export)")
+
 
 class SharedBlock(keras.layers.Layer):
     """A model's `EncoderBlock`, run at inference as a layer of another graph.
 
-    Not serialisable on its own (it holds the block, whose weights stay the
-    model's).
+    Not saved on its own: it holds the block, whose weights stay the model's.
 
     Args:
         block: a built `EncoderBlock`.
@@ -46,13 +51,15 @@ class SharedBlock(keras.layers.Layer):
     def call(self, tokens, return_attention_scores=False):
         return self.block(tokens, training=False, return_attention_scores=return_attention_scores)
 
+    def get_config(self):
+        raise NotImplementedError(_NOT_SAVED.format(name=self.name))
+
 
 class ScannedBlock(keras.layers.Layer):
     """Block `index` of a `ScannedEncoder`, at inference, on the encoder's own weights.
 
-    Not serialisable on its own (it holds the encoder); a Keras model built
-    with it exports as a SavedModel (`model.export`) and traces in a
-    `tf.function`.
+    Not saved on its own: it holds the encoder, whose weights stay the
+    model's.
 
     Args:
         encoder: a built `ScannedEncoder`.
@@ -79,6 +86,9 @@ class ScannedBlock(keras.layers.Layer):
             training=False, return_attention_scores=return_attention_scores,
         )
         return outputs
+
+    def get_config(self):
+        raise NotImplementedError(_NOT_SAVED.format(name=self.name))
 
 
 def encoder_layers(model):
@@ -107,8 +117,11 @@ def block_outputs(model, return_attention_scores=False):
         or a pair `(output, (batch, heads, tokens, tokens) weights)`.
     """
     layers = encoder_layers(model)
+    scanned = isinstance(layers[0], ScannedEncoder)
+    if not (scanned or return_attention_scores):
+        return [block.output for block in layers]  # the model's own tensors: a .keras file can hold them
     tokens = layers[0].input  # the embedded sequence, as the model computed it
-    if isinstance(layers[0], ScannedEncoder):
+    if scanned:
         views = [ScannedBlock(layers[0], i, name=f"encoder_block_{i}") for i in range(layers[0].num_layers)]
     else:
         views = [SharedBlock(block, name=block.name) for block in layers]

@@ -103,32 +103,34 @@ def intermediates(model, indices=None, norm=False, output="tokens"):
             width)`, for dense heads. Defaults to `"tokens"`.
 
     Returns:
-        A functional `keras.Model` with the model's inputs and a list of
-        outputs in the order of `indices`.
+        A functional `keras.Model` with the model's inputs and a dict of
+        outputs keyed by block, `"encoder_block_{i}"` (`i` from 0).
 
     Example:
     >>> vit = keras_vit.ViT(patch_size=4, hidden_size=8, mlp_dim=16, num_heads=2, num_layers=3, image_size=(8, 12))
     >>> grids = intermediates(vit, indices=[0, -1], output="grid")(np.zeros((1, 8, 12, 3)))
-    >>> [tuple(g.shape) for g in grids]
-    [(1, 2, 3, 8), (1, 2, 3, 8)]
+    >>> {name: tuple(grid.shape) for name, grid in grids.items()}
+    {'encoder_block_0': (1, 2, 3, 8), 'encoder_block_2': (1, 2, 3, 8)}
     """
     check_choice(output, OUTPUTS, "output")
     chosen = _block_indices(indices, encoder.num_blocks(model))
     final_norm = _final_norm(model) if norm else None
     outputs = encoder.block_outputs(model)
     prefix = encoder.num_prefix_tokens(model)
-    results = []
+    patch_grid = model.get_layer("patch_embedding").output
+    # Keyed by block: Keras unwraps a list of one output, a dict it keeps.
+    results = {}
     for i in chosen:
         tokens = final_norm(outputs[i]) if final_norm else outputs[i]
         if output == "grid":
-            results.append(PatchTokenGrid(prefix, name=f"grid_{i}")(tokens, model.get_layer("patch_embedding").output))
+            results[f"encoder_block_{i}"] = PatchTokenGrid(prefix, name=f"grid_{i}")(tokens, patch_grid)
         else:
-            results.append(SplitPrefixTokens(prefix, name=f"tokens_{i}")(tokens))
+            results[f"encoder_block_{i}"] = SplitPrefixTokens(prefix, name=f"tokens_{i}")(tokens)
     return keras.Model(model.input, results, name=f"{model.name}_intermediates")
 
 
 def _block_indices(indices, count):
-    """`indices` as a list of block numbers in `[0, count)`; a ValueError naming the bad ones."""
+    """`indices` as block numbers in `[0, count)`, each once; a ValueError naming the bad ones."""
     if indices is None:
         return list(range(count))
     single = isinstance(indices, numbers.Integral) and not isinstance(indices, bool)
@@ -139,7 +141,7 @@ def _block_indices(indices, count):
     if bad or not values:
         raise ValueError(f"`indices` must be block numbers in [{-count}, {count}) for a model of {count} "
                          f"blocks, at least one; received indices={indices!r}")
-    return [int(i) % count for i in values]
+    return list(dict.fromkeys(int(i) % count for i in values))  # each block once
 
 
 def _final_norm(model):
