@@ -162,6 +162,11 @@ def rollout_map(model, images, head_fusion="mean", discard_ratio=0.0):
     Returns:
         `(batch, height, width)` float32 array, scaled to [0, 1] per image
         (all zeros where the map is flat).
+
+    Example:
+    >>> vit = keras_vit.ViT(patch_size=4, hidden_size=8, mlp_dim=16, num_heads=2, num_layers=2, image_size=(8, 12))
+    >>> rollout_map(vit, np.random.default_rng(0).uniform(-1, 1, (1, 8, 12, 3))).shape
+    (1, 8, 12)
     """
     images = check_images(model, images)
     rollout = attention_rollout(attention_maps(model, images), head_fusion, discard_ratio)
