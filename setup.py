@@ -31,8 +31,9 @@ setup(
         "export": ["ai-edge-litert", "tensorflow-serving-api~=2.20.0"],
         "viz": ["matplotlib"],
         # scipy: the official resize (ndimage.zoom) that tests compare against; JAX (CPU): the
-        # model and the GPU benchmark on Keras' JAX backend, the lent GPU machines' route.
-        "test": ["pytest", "scipy", "jax[cpu]==0.10.2"],
+        # model and the GPU benchmark on Keras' JAX backend, the lent GPU machines' route;
+        # matplotlib: the figures of `python -m keras_vit.explain`.
+        "test": ["pytest", "scipy", "jax[cpu]==0.10.2", "matplotlib"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -240,7 +240,23 @@ def main_job_seeds_region(results):
             f"{_seeds(data)}.\n\n" + _table(["seed", "test top-1", "test top-5", "steps", "s"], rows))
 
 
+def fewshot_region(results):
+    """The few-shot table of the trained digits model beside the same architecture untrained."""
+    runs = [(label, _load(results, name)) for label, name in (
+        ("trained (the main job)", "fewshot_digits.json"), ("untrained (seed 0)", "fewshot_digits_untrained.json"))]
+    first = runs[0][1]
+    shots = sorted(first["results"], key=int)
+    rows = [[label] + [f"{data['results'][n]['mean']:.1%} ({data['results'][n]['min']:.1%}-"
+                       f"{data['results'][n]['max']:.1%})" for n in shots] for label, data in runs]
+    return (f"`{RESULTS / 'fewshot_digits.json'}`, `{RESULTS / 'fewshot_digits_untrained.json'}`: "
+            f"{first['dataset']} {first['train_split']} -> {first['eval_split']} ({first['eval_examples']} "
+            f"images, {first['num_classes']} classes), `{first['feature_layer']}` features of width "
+            f"{first['feature_width']}, mean (min-max) over {first['draws']} draws, seed {first['seed']}, "
+            f"l2_reg {first['l2_reg']:g}.\n\n" + _table(["features", *[f"{n}-shot" for n in shots]], rows))
+
+
 REGIONS = {
+    "fewshot-digits": fewshot_region,
     "main-job": main_job_region,
     "main-job-seeds": main_job_seeds_region,
     "benchmark-summary": summary_region,
@@ -253,6 +269,7 @@ REGIONS = {
 
 # Which result files each region reads (BUILD.md lists them; a test checks every file is read).
 SOURCES = {
+    "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
     "benchmark-summary": ("suite_cpu.json",),

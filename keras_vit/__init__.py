@@ -2,7 +2,16 @@
 
 from keras_vit._version import __version__
 from keras_vit._clash import warn_if_shadowed
-from keras_vit import layers, pretrained
+from keras_vit import analysis, layers, pretrained
+from keras_vit.analysis import (
+    attention_maps,
+    attention_rollout,
+    embedding_filter_components,
+    intermediates,
+    mean_attention_distance,
+    position_embedding_similarity,
+    rollout_map,
+)
 from keras_vit.config import ViTConfig
 from keras_vit.checkpoints import config_from_checkpoint, load_checkpoint, load_npz, save_npz
 from keras_vit.imagenet import decode_predictions

@@ -193,7 +193,7 @@ def _atomic_save_keras(model, path):
     in `trainers`, and the file must load where only keras_vit is installed.
     """
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}.keras")
-    keras.Model(model.inputs, model.outputs, name=model.name).save(tmp)
+    keras_vit.ViTModel(model.inputs, model.outputs, name=model.name, vit_config=model.vit_config).save(tmp)
     os.replace(tmp, path)
 
 

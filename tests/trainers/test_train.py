@@ -313,3 +313,9 @@ def test_vit_finetune_starts_from_an_imagenet21k_style_checkpoint(tmp_path, data
                   "--steps_per_execution=5", "--jit_compile=false", "--checkpoint_every=10"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "pre_logits/kernel" not in final_weights(tmp_path / "run") and "test top-1" in result.stdout
+    # The written .keras file carries its configuration, read back in a fresh process.
+    probe = subprocess.run(
+        [sys.executable, "-c", "import keras, keras_vit; m = keras.models.load_model(__import__('sys').argv[1]); "
+         "print(m.vit_config.image_size, m.vit_config.classes, m.vit_config.representation_size)",
+         str(tmp_path / "run" / "model.keras")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert probe.stdout.split("\n")[-2] == "(8, 8) 10 None", probe.stderr[-2000:]

@@ -1,0 +1,121 @@
+"""`python -m keras_vit.explain --model=PATH --image=FILE [--output=DIR]`: a ViT's analyses as figures.
+
+Writes four PNG files (matplotlib, `pip install keras-vision-transformer[viz]`):
+- `rollout.png`: the image, its attention rollout overlaid (Abnar & Zuidema
+  2020; the paper's Figure 6) and the top-5 classes;
+- `attention_distance.png`: the mean attention distance of every head of
+  every block (the paper's Figure 7, right);
+- `position_similarity.png`: each patch's position-embedding similarity
+  with every other (Figure 7, centre), for learned position tables;
+- `embedding_filters.png`: the principal components of the patch-embedding
+  filters (Figure 7, left).
+`--model` is a `.keras` file of keras_vit or any checkpoint it reads; the
+image is decoded, resized and normalised as the model's `vit_config` says.
+"""
+
+import os
+import pathlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+_MODEL = flags.DEFINE_string("model", None, "A keras_vit .keras file, or a checkpoint (.npz, .safetensors, "
+                                            "Hugging Face directory).")
+_IMAGE = flags.DEFINE_string("image", None, "A JPEG, PNG, GIF or BMP image.")
+_OUTPUT = flags.DEFINE_string("output", None, "Directory for the figures (default: explain_<image name>).")
+_LABELS = flags.DEFINE_string("labels", None, "Class names, one per line (default: ImageNet's for 1000 "
+                                              "classes, else class numbers).")
+_HEAD_FUSION = flags.DEFINE_enum("head_fusion", "mean", ["mean", "max", "min"], "How rollout fuses heads.")
+_CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of the image before resizing (1.0: none).")
+flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
+
+
+def load_model(path):
+    """A keras_vit model with its `vit_config`: a `.keras` file, or any checkpoint."""
+    import keras
+
+    import keras_vit
+
+    if not str(path).endswith(".keras"):
+        return keras_vit.ViT.from_checkpoint(path)
+    model = keras.models.load_model(path, compile=False)
+    if getattr(model, "vit_config", None) is None:
+        raise ValueError(f"{path} holds no ViTConfig (a .keras file written before keras_vit models carried "
+                         "one): save the model again with this keras_vit")
+    return model
+
+
+def read_image(path, config, crop_fraction):
+    """`(pixels, inputs)`: the image at the model's size as uint8 for display, and normalised for the model."""
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_vit
+
+    data = pathlib.Path(path).read_bytes()
+    try:
+        image = tf.io.decode_image(data, channels=config.channels, expand_animations=False)
+    except tf.errors.InvalidArgumentError as error:
+        raise ValueError(f"--image={path!r} is not a JPEG, PNG, GIF or BMP image: {error.message}") from error
+    resized = keras_vit.resize_and_center_crop(image, config.image_size, crop_fraction)
+    pixels = np.clip(np.round(resized.numpy()), 0, 255).astype(np.uint8)
+    return pixels, keras_vit.preprocess_input(pixels[None], config=config)
+
+
+def class_names(model, labels_path):
+    """The names of the model's classes, or None for a model without a head."""
+    classes = model.vit_config.classes
+    if not classes:
+        return None
+    if labels_path:
+        names = pathlib.Path(labels_path).read_text().splitlines()
+        if len(names) != classes:
+            raise ValueError(f"--labels={labels_path!r} has {len(names)} names; the model has {classes} classes")
+        return names
+    if classes == 1000:
+        from keras_vit.imagenet import class_index
+
+        return [name for _, name in class_index()]
+    return [f"class {i}" for i in range(classes)]
+
+
+def top5(model, inputs, names):
+    """`[(name, probability), ...]` of the five best classes (fewer if the model has fewer)."""
+    import keras
+    import numpy as np
+
+    scores = np.asarray(model.predict_on_batch(inputs))[0]
+    if getattr(model.layers[-1], "activation", None) is not keras.activations.softmax:
+        scores = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+    best = np.argsort(scores)[::-1][:5]
+    return [(names[i], float(scores[i])) for i in best]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    for flag in (_MODEL, _IMAGE):
+        if not flag.value:
+            raise app.UsageError(f"--{flag.name} is required")
+    for flag in (_IMAGE, _LABELS):
+        if flag.value and not os.path.isfile(flag.value):
+            raise app.UsageError(f"--{flag.name}={flag.value!r}: no such file")
+    from keras_vit import figures
+
+    output = pathlib.Path(_OUTPUT.value or f"explain_{pathlib.Path(_IMAGE.value).stem}")
+    try:
+        model = load_model(_MODEL.value)
+        names = class_names(model, _LABELS.value)
+        pixels, inputs = read_image(_IMAGE.value, model.vit_config, _CROP.value)
+        predictions = top5(model, inputs, names) if names else None
+        written = figures.write_all(model, pixels, inputs, predictions, output, _HEAD_FUSION.value)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
+    for path, what in written:
+        print(f"{path}: {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
