@@ -15,7 +15,7 @@ from keras_vit import checkpoints, positions, pretrained
 from keras_vit import layers as vit_layers
 from keras_vit.config import FIELDS, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
-from keras_vit.layers.utils import check_choice, to_pair
+from keras_vit.layers.utils import check_choice
 from keras_vit.variants import VARIANTS
 
 POOLINGS = (None, "token", "avg", "max")

@@ -2,7 +2,6 @@
 and leaves --model_dir byte for byte as it was. Nothing here trains."""
 
 import hashlib
-import json
 import pathlib
 import types
 
