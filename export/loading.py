@@ -28,6 +28,11 @@ def load_model(path, **overrides):
 
 
 def outputs_probabilities(model):
-    """Whether `model` ends in a softmax (True) or returns logits (False)."""
-    activation = getattr(model.layers[-1], "activation", None)
+    """Whether `model` ends in a softmax (True) or returns logits (False).
+
+    A distilled DeiT ends in the average of its two heads: its heads' activation says which.
+    """
+    names = [layer.name for layer in model.layers]
+    last = model.get_layer("head") if "head" in names else model.layers[-1]
+    activation = getattr(last, "activation", None)
     return activation is keras.activations.softmax

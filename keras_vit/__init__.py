@@ -16,6 +16,9 @@ from keras_vit.config import ViTConfig
 from keras_vit.checkpoints import config_from_checkpoint, load_checkpoint, load_npz, save_npz
 from keras_vit.imagenet import decode_predictions
 from keras_vit.model import (
+    DeiT_B16,
+    DeiT_S16,
+    DeiT_Ti16,
     R26_ViT_B32,
     R26_ViT_S32,
     R50_ViT_B16,

@@ -42,6 +42,9 @@ RULES = (
     (r"resnet_stem/((?:block\d+/unit\d+/)?gn(?:_root|1|2|3|_proj))/beta", r"\1/bias", GROUP_NORM),
     (r"patch_embedding/(kernel|bias)", r"embedding/\1"),
     (r"class_token/token", "cls"),
+    # keras_vit extension: DeiT's distillation token and its head.
+    (r"distillation_token/token", "dist"),
+    (r"head_dist/(kernel|bias)", r"head_dist/\1"),
     # Position tables (official pos_embedding; keras_vit extension: learned_2d and relative tables): each kind's own keys.
     *positions.checkpoint_rules(),
     (r"encoder_block_(\d+)/norm_1/gamma", r"Transformer/encoderblock_\1/LayerNorm_0/scale"),
@@ -219,6 +222,8 @@ def load_checkpoint(model, path, source_grid_size=None):
     return load_arrays(model, arrays, text, source_grid_size)
 
 
+# The classification heads: restarted at zero when the file's do not fit (or it has none).
+HEADS = ("head", "head_dist")
 # keras_vit extension: the writer's whole ViTConfig as JSON (a 0-d string array).
 CONFIG_KEY = "keras_vit/config"
 _BLOCK = "Transformer/encoderblock_{}/"
@@ -244,13 +249,15 @@ def official_config(arrays, source, image_size=None):
         mlp_dim=arrays[_BLOCK.format(0) + "MlpBlock_3/Dense_0/kernel"].shape[-1],
         num_layers=len({m.group(1) for k in arrays if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}),
         class_token="cls" in arrays,
+        distilled="dist" in arrays,
         classifier="token" if "cls" in arrays else "gap",
         classes=arrays["head/kernel"].shape[-1] if "head/kernel" in arrays else 0,
         representation_size=arrays["pre_logits/kernel"].shape[-1] if "pre_logits/kernel" in arrays else None,
         **_official_stem(arrays),
     )
     fields["channels"] = (arrays["conv_root/kernel"] if "conv_root/kernel" in arrays else arrays["embedding/kernel"]).shape[2]
-    fields["position_embedding"], grid = _official_positions(arrays, fields["class_token"], source, image_size)
+    fields["position_embedding"], grid = _official_positions(arrays, fields["class_token"] + fields["distilled"], source,
+                                                               image_size)
     stride = output_stride(fields["resnet_num_layers"]) if "resnet_num_layers" in fields else 1
     image_size = image_size or (grid[0] * patch_h * stride, grid[1] * patch_w * stride)
     return ViTConfig(**fields, image_size=image_size)
@@ -265,12 +272,12 @@ def _official_stem(arrays):
     return dict(resnet_num_layers=stages, resnet_width_factor=arrays["conv_root/kernel"].shape[-1] / 64)
 
 
-def _official_positions(arrays, class_token, source, image_size):
+def _official_positions(arrays, prefix_rows, source, image_size):
     """`(kind, grid)`: the position embedding whose tables the file holds, and the patch grid they are made for."""
     for kind in positions.KINDS.values():
         tables = kind.file_tables(arrays)
         if kind.in_file(tables):
-            return kind.name, None if image_size else kind.file_grid(tables, class_token, source)
+            return kind.name, None if image_size else kind.file_grid(tables, prefix_rows, source)
     weightless = " or ".join(repr(name) for name, kind in positions.KINDS.items() if not kind.weight_names)
     raise ValueError(
         f"{source} has no position table: it was made with position_embedding {weightless}, which "
@@ -311,7 +318,7 @@ def load_arrays(model, arrays, source, source_grid_size=None):
     resized = {}  # layer path -> its tables resampled to the model's grid
     for path_in_model, weight, block in entries:
         key, transform = official_key(path_in_model)
-        if key not in arrays and not path_in_model.startswith("head/"):
+        if key not in arrays and path_in_model.split("/")[0] not in HEADS:
             missing.append(key)
             continue
         shape = tuple(weight.shape if block is None else weight.shape[1:])
@@ -337,7 +344,7 @@ def _drop_unused_top(model, arrays):
     names = {layer.name for layer in model.layers}
     drop = set()
     if "head" not in names:  # a model without its top takes the features of a full checkpoint
-        drop |= {"head/kernel", "head/bias"}
+        drop |= {f"{head}/{kind}" for head in HEADS for kind in ("kernel", "bias")}
     if "pre_logits" not in names and "pre_logits/kernel" in arrays:
         logging.info("The checkpoint's pre_logits layer is dropped: the model has none (official fine-tuning)")
         drop |= {"pre_logits/kernel", "pre_logits/bias"}
@@ -348,7 +355,7 @@ def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, so
     """The file's array for one model weight, made to `shape`; None when it cannot fit."""
     layer_path, name = path_in_model.rsplit("/", 1)
     layer_name = layer_path.split("/")[0]
-    if layer_name == "head" and (key not in arrays or tuple(arrays[key].shape) != shape):
+    if layer_name in HEADS and (key not in arrays or tuple(arrays[key].shape) != shape):
         found = "no head" if key not in arrays else f"a head {key} of shape {arrays[key].shape}"
         logging.warning("The checkpoint has %s; the model's head (%s) is re-initialised to zeros", found, shape)
         return np.zeros(shape, np.float32)

@@ -60,6 +60,9 @@ class ViTConfig:
     # Whether a class token is prepended. None: exactly when classifier="token".
     # timm's global_pool="avg" models may keep one and leave it out of the mean.
     class_token: bool = None
+    # DeiT's distillation token, after the class token, with its own head
+    # ("head_dist"); at inference the two heads' outputs are averaged.
+    distilled: bool = False
     # learned_1d, learned_2d, sincos_2d, relative, relative_2d or none.
     position_embedding: str = "learned_1d"
     # timm's `no_embed_class`: the learned_1d table covers the patches only and
@@ -122,7 +125,7 @@ class ViTConfig:
         check_choice(self.interpolation, INTERPOLATIONS, "interpolation")
         if self.class_token is None:
             fix("class_token", self.classifier == "token")
-        for name in ("class_token", "no_embed_class", "dynamic_image_size", "gelu_approximate",
+        for name in ("class_token", "distilled", "no_embed_class", "dynamic_image_size", "gelu_approximate",
                      "scan_layers", "fc_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be a bool; received {name}={getattr(self, name)!r}")
@@ -148,6 +151,10 @@ class ViTConfig:
                              f"hidden_size={self.hidden_size}, num_heads={self.num_heads}")
         if self.classifier == "token" and not self.class_token:
             raise ValueError("classifier='token' pools the class token; received class_token=False")
+        if self.distilled and (self.classifier != "token" or self.representation_size or self.fc_norm):
+            raise ValueError("distilled=True (DeiT) reads a class token and a distillation token, each by its own "
+                             f"head; received classifier={self.classifier!r}, representation_size="
+                             f"{self.representation_size}, fc_norm={self.fc_norm}")
         if self.no_embed_class and self.position_embedding != "learned_1d":
             raise ValueError("`no_embed_class` is a property of learned_1d tables; received "
                              f"position_embedding={self.position_embedding!r}")
@@ -176,7 +183,7 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self):
-        return int(self.class_token)
+        return int(self.class_token) + int(self.distilled)
 
     def replace(self, **changes):
         """A copy with `changes`; unknown names raise a TypeError naming them."""
@@ -206,7 +213,7 @@ FIELDS = {field.name: field for field in dataclasses.fields(ViTConfig)}
 PAIRS = ("patch_size", "image_size")
 PER_CHANNEL = ("input_mean", "input_std")
 # Fields that decide what given weights compute: a checkpoint and a model it starts must agree on them.
-CONVENTION_FIELDS = ("classifier", "class_token", "no_embed_class", "gelu_approximate", "fc_norm",
+CONVENTION_FIELDS = ("classifier", "class_token", "distilled", "no_embed_class", "gelu_approximate", "fc_norm",
                      "layer_norm_epsilon", "input_mean", "input_std")
 # Fields a dataset decides for a training run.
 DATA_FIELDS = ("classes", "channels")

@@ -13,7 +13,7 @@ import keras
 
 from keras_vit import checkpoints, positions, pretrained
 from keras_vit import layers as vit_layers
-from keras_vit.config import FIELDS, ViTConfig
+from keras_vit.config import FIELDS, IMAGENET_MEAN, IMAGENET_STD, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
 from keras_vit.layers.utils import check_choice
 from keras_vit.variants import VARIANTS
@@ -124,7 +124,7 @@ def _embed(config, images):
         features = vit_layers.ResNetStem(config.resnet_num_layers, config.resnet_width_factor,
                                          name="resnet_stem")(images)
     patches = vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, name="patch_embedding")(features)
-    prefix = vit_layers.ClassToken(name="class_token")(patches) if config.class_token else None
+    prefix = _prefix_tokens(config, patches)
     # A kind that biases attention lives in the blocks; this layer then only assembles the sequence.
     kind = positions.get(config.position_embedding)
     tokens = vit_layers.PositionEmbedding(
@@ -136,6 +136,17 @@ def _embed(config, images):
         name="position_embedding",
     )(patches, prefix_tokens=prefix)
     return keras.layers.Dropout(config.dropout_rate, name="embedding_dropout")(tokens)
+
+
+def _prefix_tokens(config, patches):
+    """The class token, and DeiT's distillation token after it; None without a class token."""
+    if not config.class_token:
+        return None
+    prefix = vit_layers.ClassToken(name="class_token")(patches)
+    if config.distilled:
+        distillation = vit_layers.DistillationToken(name="distillation_token")(patches)
+        prefix = keras.layers.Concatenate(axis=1, name="prefix_tokens")([prefix, distillation])
+    return prefix
 
 
 def _encode(config, tokens):
@@ -169,6 +180,9 @@ def _pool(config, tokens, pooling):
         tokens = norm("encoder_norm")(tokens)
     mode = {None: config.classifier, "token": "token", "avg": "gap", "max": "max"}[pooling]
     features = vit_layers.SequencePooling(mode, config.num_prefix_tokens, name="pooling")(tokens)
+    if config.distilled and pooling is None:  # DeiT: the distillation token's vector beside the class token's
+        return [features, vit_layers.SequencePooling("distillation", config.num_prefix_tokens,
+                                                     name="distillation_pooling")(tokens)]
     if config.fc_norm:
         features = norm("fc_norm")(features)
     if config.representation_size:
@@ -176,7 +190,11 @@ def _pool(config, tokens, pooling):
     return features
 
 
-def _head(config, features, classifier_activation):
+def _head(config, features, classifier_activation, name="head"):
+    """The classification head; DeiT's two heads averaged (its inference rule) for a distilled model."""
+    if isinstance(features, list):
+        heads = [_head(config, f, classifier_activation, n) for f, n in zip(features, ("head", "head_dist"))]
+        return keras.layers.Average(name="distilled_average")(heads)
     # The head starts at zero (the paper's fine-tuning rule) and computes
     # in the variable dtype, so logits are float32 under mixed precision.
     return keras.layers.Dense(
@@ -185,7 +203,7 @@ def _head(config, features, classifier_activation):
         kernel_initializer="zeros",
         bias_initializer="zeros",
         dtype=keras.mixed_precision.dtype_policy().variable_dtype,
-        name="head",
+        name=name,
     )(features)
 
 
@@ -203,9 +221,10 @@ def ViT(
 ):
     """Builds a Vision Transformer from a `ViTConfig` and/or its fields.
 
-        image -> [ResNetStem] -> PatchEmbedding -> [ClassToken] -> PositionEmbedding -> Dropout
-              -> EncoderBlock x num_layers (or one ScannedEncoder) -> LayerNorm "encoder_norm"
+        image -> [ResNetStem] -> PatchEmbedding -> [ClassToken [DistillationToken]] -> PositionEmbedding
+              -> Dropout -> EncoderBlock x num_layers (or one ScannedEncoder) -> LayerNorm "encoder_norm"
               -> SequencePooling -> [LayerNorm "fc_norm"] -> [Dense tanh "pre_logits"] -> Dense "head"
+              (DeiT, `distilled=True`: the distillation token's Dense "head_dist" beside it, averaged)
 
     Args:
         config: optional `keras_vit.ViTConfig`; `fields` override it.
@@ -261,6 +280,8 @@ def ViT(
     outputs = _pool(config, tokens, None if include_top else pooling)
     if include_top:
         outputs = _head(config, outputs, classifier_activation)
+    elif isinstance(outputs, list):  # DeiT's features: the mean of its two tokens' vectors (timm's pre_logits)
+        outputs = keras.layers.Average(name="distilled_features")(outputs)
     model = ViTModel(inputs, outputs, vit_config=config, name=name)
     if weights is not None:
         load_weights(model, weights)
@@ -401,6 +422,40 @@ def _builder_doc(variant, config, builder_name):
     )
 
 
+def _deit_builder(size):
+    """A builder of DeiT-`size`/16 (Touvron et al., 2021): the ViT with timm's numerics, optionally distilled."""
+    base = VARIANTS[f"{size}/16"].replace(gelu_approximate=False, interpolation="bicubic",
+                                          input_mean=IMAGENET_MEAN, input_std=IMAGENET_STD)
+    builder_name = f"DeiT_{size}16"
+
+    def builder(distilled=False, include_top=True, weights=None, input_tensor=None, input_shape=None,
+                pooling=None, classes=1000, classifier_activation="softmax", **kwargs):
+        kwargs.setdefault("name", builder_name.lower() + "_distilled" * bool(distilled))
+        return ViT(base, distilled=distilled, include_top=include_top, weights=weights, input_tensor=input_tensor,
+                   input_shape=input_shape, pooling=pooling, classes=classes,
+                   classifier_activation=classifier_activation, **kwargs)
+
+    builder.__name__ = builder.__qualname__ = builder_name
+    builder.__doc__ = f"""Builds DeiT-{size}/16 (Touvron et al., 2021), distilled with `distilled=True`.
+
+    The ViT-{size}/16 encoder with the conventions DeiT was trained with (timm's): exact GELU, ImageNet
+    mean and std (`keras_vit.preprocess_input(x, config=model.vit_config)`), bicubic position resizing.
+    `distilled=True` adds the distillation token after the class token and its head `head_dist`; the
+    model's output is the average of the two heads (DeiT's inference rule), and each head is
+    `model.get_layer("head")` / `model.get_layer("head_dist")`. `weights` takes a checkpoint path (the
+    released DeiT weights in their timm / Hugging Face safetensors form). The other arguments are the
+    `keras.applications` ones and any `keras_vit.ViTConfig` field.
+
+    Example:
+    >>> keras_vit.{builder_name}(distilled=True, classes=10, image_size=32).output_shape
+    (None, 10)
+    """
+    return builder
+
+
+DeiT_Ti16 = _deit_builder("Ti")
+DeiT_S16 = _deit_builder("S")
+DeiT_B16 = _deit_builder("B")
 ViT_Ti16 = _named_builder("Ti/16")
 ViT_S16 = _named_builder("S/16")
 ViT_S32 = _named_builder("S/32")

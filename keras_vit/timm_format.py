@@ -58,6 +58,9 @@ ARCHITECTURES = dict(
     + [_architecture("vit", s, 14, 224) for s in ("large", "huge", "giant")]
     + [_architecture("deit", s, 16, 224) for s in ("tiny", "small", "base")]
     + [_architecture("deit", "base", 16, 384)]
+    # deit.py's VisionTransformerDistilled: a distillation token and head (keras_vit's `distilled`).
+    + [(f"deit_{s}_distilled_patch16_{r}", dict(_architecture("deit", s, 16, r)[1], distilled=True))
+       for s, r in (("tiny", 224), ("small", 224), ("base", 224), ("base", 384))]
     + [_architecture("vit", "base", 16, 224, **_GAP, num_heads=16), _architecture("vit", "huge", 14, 224, **_GAP),
        _architecture("vit", "huge", 16, 448, **_GAP), _architecture("vit", "giant", 16, 224, **_GAP)]
 )
@@ -80,8 +83,6 @@ _FIXED_ARGS = {"qkv_bias": True, "qk_norm": False, "scale_attn_norm": False, "sc
 
 # Weights of timm features keras_vit does not have, and what they are.
 _UNSUPPORTED_WEIGHTS = (
-    (r"dist_token|head_dist\..*", "a distillation token (distilled DeiT, `dist_token` / `head_dist`); "
-                                  "use the non-distilled deit_* checkpoint"),
     (r"reg_token", "register tokens (`reg_token`)"),
     (r"blocks\.\d+\.ls[12]\.gamma", "layer scale (`ls1.gamma` / `ls2.gamma`, timm's init_values)"),
     (r"norm_pre\..*", "a LayerNorm before the blocks (`norm_pre`, timm's pre_norm)"),
@@ -179,7 +180,7 @@ def _weight_facts(tensors, source):
     return dict(
         patch_size=(patch_h, patch_w), hidden_size=width, channels=channels,
         num_layers=max(blocks) + 1, mlp_dim=tensors["blocks.0.mlp.fc1.weight"].shape[0],
-        class_token="cls_token" in tensors, fc_norm="fc_norm.weight" in tensors,
+        class_token="cls_token" in tensors, distilled="dist_token" in tensors, fc_norm="fc_norm.weight" in tensors,
         positions=None if pos is None else pos.shape[1],
         classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
         representation_size=tensors["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in tensors else None,
@@ -215,9 +216,10 @@ def _grid_from_positions(facts, source, image_size):
     it is taken only when the table has exactly its positions.
     """
     class_token, positions = facts["class_token"], facts["positions"]
-    # timm's default gives the class token a row (no_embed_class=False);
+    # timm's default gives the prefix tokens rows (no_embed_class=False);
     # DeiT-3 style does not.
-    layouts = ((int(class_token), False), (0, True)) if class_token else ((0, False),)
+    prefix = int(class_token) + int(facts["distilled"])
+    layouts = ((prefix, False), (0, True)) if class_token else ((0, False),)
     if image_size is not None:
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         grid = tuple(s // p for s, p in zip(size, facts["patch_size"]))
@@ -255,6 +257,7 @@ def _config_from_json(cfg, facts, source, num_heads):
         mlp_dim=int(args.get("embed_dim", 768) * args.get("mlp_ratio", 4.0)), channels=args.get("in_chans", 3),
         classes=args.get("num_classes", 1000), class_token=args.get("class_token", True),
         fc_norm=pool == "avg" if fc_norm is None else fc_norm, representation_size=None,
+        distilled=args.get("distilled", False),
     )
     for name, value in stated.items():
         if value != facts[name]:
@@ -309,7 +312,7 @@ def _check_positions(facts, grid, no_embed_class, pos_embed, source):
     if pos_embed in ("", "none"):
         expected = None
     else:
-        expected = math.prod(grid) + (int(facts["class_token"]) if not no_embed_class else 0)
+        expected = math.prod(grid) + (int(facts["class_token"]) + int(facts["distilled"]) if not no_embed_class else 0)
     if facts["positions"] != expected:
         raise ValueError(f"{source} says a {grid[0]}x{grid[1]} patch grid (pos_embed={pos_embed!r}, "
                          f"no_embed_class={no_embed_class}), hence {expected} positions; the weights' pos_embed "
@@ -343,7 +346,8 @@ def _make_config(source, facts, num_heads, grid, classifier, no_embed_class, **e
             patch_size=facts["patch_size"], hidden_size=facts["hidden_size"], mlp_dim=facts["mlp_dim"],
             num_heads=num_heads, num_layers=facts["num_layers"], channels=facts["channels"],
             image_size=tuple(g * p for g, p in zip(grid, facts["patch_size"])),
-            classifier=classifier, class_token=facts["class_token"], no_embed_class=no_embed_class,
+            classifier=classifier, class_token=facts["class_token"], distilled=facts["distilled"],
+            no_embed_class=no_embed_class,
             position_embedding="none" if facts["positions"] is None else "learned_1d",
             fc_norm=facts["fc_norm"], representation_size=facts["representation_size"], classes=facts["classes"],
             **_TIMM_NUMERICS, **extra,
@@ -391,6 +395,10 @@ RULES = (
     ("patch_embed.proj.weight", "embedding/kernel", _conv_kernel),
     ("patch_embed.proj.bias", "embedding/bias", _same),
     ("cls_token", "cls", _same),
+    # keras_vit extension keys: DeiT's distillation token and its head.
+    ("dist_token", "dist", _same),
+    ("head_dist.weight", "head_dist/kernel", _dense_kernel),
+    ("head_dist.bias", "head_dist/bias", _same),
     ("pos_embed", "Transformer/posembed_input/pos_embedding", _same),
     ("blocks.{i}.norm1.weight", _BLOCK + "LayerNorm_0/scale", _same),
     ("blocks.{i}.norm1.bias", _BLOCK + "LayerNorm_0/bias", _same),
@@ -423,6 +431,8 @@ def _expected_shapes(config):
     shapes = {"patch_embed.proj.weight": (width, config.channels, ph, pw), "patch_embed.proj.bias": (width,)}
     if config.class_token:
         shapes["cls_token"] = (1, 1, width)
+    if config.distilled:
+        shapes["dist_token"] = (1, 1, width)
     if config.position_embedding == "learned_1d":
         prefix = 0 if config.no_embed_class else config.num_prefix_tokens
         shapes["pos_embed"] = (1, math.prod(config.grid_size) + prefix, width)
@@ -437,8 +447,9 @@ def _expected_shapes(config):
     if config.representation_size:
         features = config.representation_size
         shapes.update({"pre_logits.fc.weight": (features, width), "pre_logits.fc.bias": (features,)})
-    if config.classes:
-        shapes.update({"head.weight": (config.classes, features), "head.bias": (config.classes,)})
+    for head in ("head", "head_dist") if config.distilled else ("head",):
+        if config.classes:
+            shapes.update({f"{head}.weight": (config.classes, features), f"{head}.bias": (config.classes,)})
     return shapes
 
 

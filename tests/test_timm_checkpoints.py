@@ -37,6 +37,9 @@ CASES = {
                                           classes=10, **HALF)),
     "no_embed_class": ("no_embed_class", dict(SMALL, num_layers=1, classifier="token", class_token=True,
                                               no_embed_class=True, classes=10, **HALF)),
+    "deit_distilled": ("deit_distilled", dict(SMALL, num_layers=1, classifier="token", class_token=True,
+                                              distilled=True, classes=10, input_mean=IMAGENET_MEAN,
+                                              input_std=IMAGENET_STD)),
     # No config.json: all read off the shapes, 3 heads from timm's width 192.
     "bare": ("bare/weights.safetensors", dict(patch_size=(4, 4), hidden_size=192, mlp_dim=48, num_heads=3,
                                               num_layers=1, image_size=(16, 16), classifier="token",
@@ -108,7 +111,7 @@ def test_architecture_table_is_what_timm_builds():
                     mlp_dim=int(args["embed_dim"] * args.get("mlp_ratio", 4.0)),
                     patch_size=[args["patch_size"]] * 2, img_size=[size, size],
                     class_token=args.get("class_token", True), global_pool=args.get("global_pool", "token"),
-                    fc_norm=bool(args.get("fc_norm")), no_embed_class=False)
+                    fc_norm=bool(args.get("fc_norm")), no_embed_class=False, distilled=args.get("distilled", False))
         assert ours == {key: facts[key] for key in ours}, name
     assert set(timm_format.ARCHITECTURES) <= set(timm_built)
 
@@ -222,13 +225,29 @@ def test_corrupt_header_names_the_file(tmp_path):
 
 # ---------------------------------------------------------------- what keras_vit cannot represent
 UNSUPPORTED = (  # extra timm weights, what the message must say
-    ({"dist_token": np.zeros((1, 1, 64), np.float32), "head_dist.weight": np.zeros((10, 64), np.float32)},
-     r"distillation token .*distilled DeiT.*dist_token"),
     ({"blocks.0.ls1.gamma": np.ones(64, np.float32)}, r"layer scale .*ls1\.gamma"),
     ({"reg_token": np.zeros((1, 4, 64), np.float32)}, r"register tokens"),
     ({"norm_pre.weight": np.ones(64, np.float32)}, r"norm_pre"),
     ({"blocks.1.attn.q_norm.weight": np.ones(16, np.float32)}, r"qk-norm"),
 )
+
+
+def test_a_distillation_token_in_a_file_that_says_otherwise_is_refused(tmp_path):
+    extra = {"dist_token": np.zeros((1, 1, 64), np.float32), "head_dist.weight": np.zeros((10, 64), np.float32)}
+    path = augreg_copy(tmp_path, {**augreg_tensors(), **extra})
+    with pytest.raises(ValueError, match=r"config\.json says distilled=False but the weights have distilled=True"):
+        timm_format.read(path)
+
+
+@pytest.mark.parametrize("size", ["Ti", "S", "B"])
+def test_deit_builders_have_timms_parameter_counts(size):
+    with open(os.path.join(FIXTURES, "architectures.json")) as f:
+        timm_built = json.load(f)["architectures"]
+    name = {"Ti": "tiny", "S": "small", "B": "base"}[size]
+    builder = getattr(keras_vit, f"DeiT_{size}16")
+    for distilled in (False, True):
+        timm_name = f"deit_{name}_{'distilled_' * distilled}patch16_224"
+        assert builder(distilled=distilled).count_params() == timm_built[timm_name]["parameters"], timm_name
 
 
 def test_unsupported_timm_features_raise_naming_the_file_and_feature(tmp_path):

@@ -11,7 +11,7 @@ from keras import ops
 
 from keras_vit.layers.utils import check_choice
 
-MODES = ("token", "gap", "max")
+MODES = ("token", "distillation", "gap", "max")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -41,8 +41,8 @@ class SequencePooling(keras.layers.Layer):
             )
 
     def call(self, inputs):
-        if self.mode == "token":
-            return inputs[:, 0]
+        if self.mode in ("token", "distillation"):  # the class token, or DeiT's second prefix token
+            return inputs[:, 0 if self.mode == "token" else 1]
         patches = inputs[:, self.num_prefix_tokens :]
         if self.mode == "gap":
             return ops.mean(patches, axis=1)

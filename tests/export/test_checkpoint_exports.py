@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
 CHECKPOINTS = ["token.npz", "gap.npz", "representation.npz", "hybrid.npz", "timm/augreg", "timm/deit",
-               "timm/orig_in21k", "timm/gap_fc_norm", "timm/gap_no_token", "timm/no_embed_class",
+               "timm/orig_in21k", "timm/gap_fc_norm", "timm/gap_no_token", "timm/no_embed_class", "timm/deit_distilled",
                "timm/bare/weights.safetensors"]
 
 
