@@ -32,7 +32,8 @@ def outputs_probabilities(model):
 
     A distilled DeiT ends in the average of its two heads: its heads' activation says which.
     """
-    names = [layer.name for layer in model.layers]
-    last = model.get_layer("head") if "head" in names else model.layers[-1]
+    last = model.layers[-1]
+    if last.name == "distilled_average":
+        last = model.get_layer("head")
     activation = getattr(last, "activation", None)
     return activation is keras.activations.softmax

@@ -81,3 +81,10 @@ def test_deit_builders_use_deits_conventions():
     config = model.vit_config
     assert (config.hidden_size, config.num_heads, config.distilled, config.gelu_approximate) == (192, 3, True, False)
     assert config.input_mean == keras_vit.config.IMAGENET_MEAN and model.name == "deit_ti16_distilled"
+
+
+def test_export_reads_a_distilled_models_output_kind():
+    from export import loading
+
+    assert loading.outputs_probabilities(distilled()) and not loading.outputs_probabilities(
+        distilled(classifier_activation=None))
