@@ -207,7 +207,8 @@ def config_from_checkpoint(path, **overrides):
     Raises:
         ValueError: naming the file, what was expected and what was found.
     """
-    return read_checkpoint(path, overrides.get("image_size"), overrides.get("num_heads"))[0].replace(**overrides)
+    config, _ = read_checkpoint(path, overrides.get("image_size"), overrides.get("num_heads"))
+    return config.replace(**overrides)
 
 
 def load_checkpoint(model, path, source_grid_size=None):
