@@ -119,11 +119,20 @@ def _image_input(config, input_tensor):
 
 def _embed(config, images):
     """Images to the token sequence: [stem], patches, [class token], positions, dropout."""
+    return _tokens(config, _patches(config, images))
+
+
+def _patches(config, images):
+    """Images to the `(batch, height, width, hidden)` grid of patch embeddings, behind the stem of a hybrid."""
     features = images
     if config.resnet_num_layers is not None:
         features = vit_layers.ResNetStem(config.resnet_num_layers, config.resnet_width_factor,
                                          name="resnet_stem")(images)
-    patches = vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, name="patch_embedding")(features)
+    return vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, name="patch_embedding")(features)
+
+
+def _tokens(config, patches):
+    """The patch grid to the token sequence: [class token], positions, dropout."""
     prefix = _prefix_tokens(config, patches)
     # A kind that biases attention lives in the blocks; this layer then only assembles the sequence.
     kind = positions.get(config.position_embedding)

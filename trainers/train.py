@@ -24,9 +24,10 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 import keras_vit  # noqa: E402
+import keras_vit.mpp  # noqa: E402
 from keras_vit import config as vit_config  # noqa: E402
 from keras_vit.variants import variant_name  # noqa: E402
-from trainers import data, optimization, recipes  # noqa: E402
+from trainers import data, distillation, mpp, optimization, recipes  # noqa: E402
 from trainers.atomic_files import write_text_atomically  # noqa: E402
 from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
 from trainers.progress import RunProgress  # noqa: E402
@@ -111,6 +112,29 @@ def build_model(recipe, source):
         weights = keras_vit.pretrained.resolve(variant_name(recipe.model), weights).url
     return keras_vit.ViT(recipe.model, input_shape=(*recipe.model.image_size, source.channels),
                          classes=source.num_classes, classifier_activation=None, weights=weights, name="vit")
+
+
+def build_training_model(recipe, source):
+    """The model `fit` trains: the recipe's ViT, its `Distiller` with the teacher, or the MPP network's task."""
+    if recipe.task == "mpp":
+        network = keras_vit.mpp.mpp_network(recipe.model, input_shape=(*recipe.model.image_size, source.channels),
+                                            seed=recipe.seed, name="vit")
+        return mpp.MaskedPatchPrediction(network)
+    student = build_model(recipe, source)
+    if recipe.distillation == "none":
+        return student
+    teacher = distillation.Teacher(distillation.load_teacher(recipe.teacher, recipe.teacher_signature),
+                                   student.vit_config, recipe.teacher_outputs)
+    images, _ = next(iter(data.eval_dataset(recipe, source, 2).take(1)))
+    teacher.check(images, source.num_classes)
+    return distillation.Distiller(student, teacher, recipe.distillation, recipe.distillation_alpha,
+                                  recipe.distillation_temperature)
+
+
+def _metrics(recipe):
+    if recipe.task == "mpp":
+        return mpp.metrics()
+    return [keras.metrics.CategoricalAccuracy(name="top1"), keras.metrics.TopKCategoricalAccuracy(k=5, name="top5")]
 
 
 def current_step(optimizer):
@@ -296,16 +320,17 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
     # Seeded after the data is opened: preparing a TFDS dataset draws random numbers.
     keras.utils.set_random_seed(recipe.seed)
     with strategy.scope():
-        try:  # the architecture's own checks (patch size dividing the image, heads the width, ...)
-            model = build_model(recipe, train_source)
+        try:  # the architecture's own checks (patch size dividing the image, heads the width, ...), the teacher's
+            model = build_training_model(recipe, train_source)
         except ValueError as error:
             raise InvalidRun(str(error)) from error
         optimizer = optimization.make_optimizer(recipe, model)
         model.compile(
             optimizer=optimizer,
-            loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-            metrics=[keras.metrics.CategoricalAccuracy(name="top1"),
-                     keras.metrics.TopKCategoricalAccuracy(k=5, name="top5")],
+            # A Distiller or an MPP task computes its own loss.
+            loss=keras.losses.CategoricalCrossentropy(from_logits=True) if isinstance(model, keras_vit.ViTModel)
+            else None,
+            metrics=_metrics(recipe),
             jit_compile=jit_compile,
             steps_per_execution=steps_per_execution,
         )
@@ -341,7 +366,9 @@ def _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief):
     Writes nothing. Raises InvalidRun when that checkpoint does not fit the recipe's model.
     """
     # Variables by position: weights, seed-generator states, optimiser slots and step.
-    checkpoint = tf.train.Checkpoint(model=list(model.variables), optimizer=list(optimizer.variables))
+    # (A Distiller's teacher is not in it: it is frozen and loaded again.)
+    variables = getattr(model, "checkpoint_variables", model.variables)
+    checkpoint = tf.train.Checkpoint(model=list(variables), optimizer=list(optimizer.variables))
     # Every worker must take part in saving; the others write to a scratch directory.
     directory = (model_dir / "checkpoints" if is_chief
                  else model_dir / f"checkpoints_{strategy.cluster_resolver.task_id}")
@@ -388,8 +415,10 @@ def _finish(model, model_dir, metrics, is_chief, manager, best):
         tf.io.gfile.rmtree(manager.directory)
         best.remove_scratch()
         return
-    _atomic_save_keras(model, model_dir / "model.keras")
-    keras_vit.save_npz(model, model_dir / "model.npz")
+    # The ViT itself; a Distiller's student; the MPP network and its headless backbone.
+    keras_model, npz_model = model.deliverables() if hasattr(model, "deliverables") else (model, model)
+    _atomic_save_keras(keras_model, model_dir / "model.keras")
+    keras_vit.save_npz(npz_model, model_dir / "model.npz")
     write_text_atomically(model_dir / "metrics.json", json.dumps(metrics, indent=2))
 
 

@@ -5,6 +5,7 @@ from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.distillation_token import DistillationToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.encoder_block import EncoderBlock, Mlp
+from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import SequencePooling
 from keras_vit.layers.position_embedding import PositionEmbedding

@@ -1,0 +1,225 @@
+"""DeiT's distillation (Touvron et al., 2021, Sec. 4): a frozen teacher's output as the second target.
+
+`Distiller` trains a keras_vit student on `(1 - alpha) * CE(class head, labels)
++ alpha * D(distillation head, teacher)`, where D is DeiT's hard distillation
+(cross-entropy with the teacher's argmax) or soft distillation (tau^2 times
+the KL divergence between the temperature-softened outputs). A student
+without a distillation token gets both terms on its one head. The teacher
+runs inside the compiled step on the student's (augmented, mixed) images,
+frozen: it is not trainable and its output passes a stop-gradient.
+
+The teacher is any Keras classifier: `keras.applications.NAME` (ImageNet
+weights), a `.keras` file (a CNN saved with `model.save`, or a keras_vit
+model) or a SavedModel directory (called through `keras.layers.TFSMLayer`). It receives RGB pixels in
+[0, 255], the input of the `keras.applications` models that carry their
+preprocessing (RegNet, DeiT's teacher family; ConvNeXt; EfficientNet); a
+keras_vit teacher gets its own `preprocess_input` instead. Images are
+resized to a teacher's fixed input size and grey ones repeated to 3
+channels when the teacher takes RGB.
+"""
+
+import os
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_vit.model import ViTModel
+
+KINDS = ("none", "hard", "soft")
+TEACHER_OUTPUTS = ("auto", "logits", "probabilities")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class HardDistillation(keras.losses.Loss):
+    """Cross-entropy of the student's logits with the teacher's argmax: `(teacher_logits, student_logits)`."""
+
+    def call(self, teacher_logits, student_logits):
+        labels = ops.argmax(teacher_logits, axis=-1)
+        return keras.losses.sparse_categorical_crossentropy(labels, student_logits, from_logits=True)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SoftDistillation(keras.losses.Loss):
+    """`tau^2 * KL(softmax(teacher / tau) || softmax(student / tau))` per example (Hinton et al., 2015)."""
+
+    def __init__(self, temperature=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.temperature = float(temperature)
+
+    def call(self, teacher_logits, student_logits):
+        teacher = ops.log_softmax(ops.cast(teacher_logits, "float32") / self.temperature, axis=-1)
+        student = ops.log_softmax(ops.cast(student_logits, "float32") / self.temperature, axis=-1)
+        return self.temperature**2 * ops.sum(ops.exp(teacher) * (teacher - student), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "temperature": self.temperature}
+
+
+APPLICATIONS = "keras.applications."
+
+
+def check_teacher_name(spec):
+    """Raises ValueError unless `spec` names a `keras.applications` model, a `.keras` file or a SavedModel."""
+    if spec.startswith(APPLICATIONS):
+        name = spec[len(APPLICATIONS):]
+        if not callable(getattr(keras.applications, name, None)) or not name[:1].isupper():
+            raise ValueError(f"`teacher`={spec!r} is not a keras.applications model (e.g. "
+                             "keras.applications.RegNetY160)")
+    elif spec.endswith(".keras"):
+        if not os.path.isfile(spec):
+            raise ValueError(f"`teacher` must name an existing .keras file; received teacher={spec!r}: no such file")
+    elif not os.path.isfile(os.path.join(spec, "saved_model.pb")):
+        raise ValueError("`teacher` must be a .keras file, a SavedModel directory (with saved_model.pb) or "
+                         f"keras.applications.NAME; received teacher={spec!r}")
+
+
+def load_teacher(spec, signature="serving_default"):
+    """The teacher model `spec` names: `keras.applications.NAME`, a `.keras` file or a SavedModel directory."""
+    check_teacher_name(spec)
+    if spec.startswith(APPLICATIONS):
+        try:
+            return getattr(keras.applications, spec[len(APPLICATIONS):])(weights="imagenet")
+        except Exception as error:  # noqa: BLE001 -- urllib, OSError, Keras' own: all say "no weights"
+            raise ValueError(
+                f"Could not get the ImageNet weights of {spec} ({error}). Without a network, download them "
+                "where Keras looks (~/.keras/models/, the file named in keras.applications' source), or save "
+                "the model elsewhere with model.save('teacher.keras') and pass --teacher=teacher.keras") from error
+    if spec.endswith(".keras"):
+        return keras.models.load_model(spec, compile=False)
+    try:
+        return keras.layers.TFSMLayer(spec, call_endpoint=signature, trainable=False)
+    except ValueError as error:
+        raise ValueError(f"`teacher_signature`={signature!r} is not a signature of the SavedModel {spec}: "
+                         f"{error}") from error
+
+
+def _outputs_probabilities(teacher):
+    """Whether a Keras teacher ends in a softmax (keras.applications' default), looking past DeiT's averaging."""
+    last = teacher.layers[-1] if isinstance(teacher, keras.Model) else None
+    if last is not None and last.name == "distilled_average":
+        last = teacher.get_layer("head")
+    if isinstance(last, keras.layers.Softmax):
+        return True
+    return getattr(getattr(last, "activation", None), "__name__", None) == "softmax"
+
+
+class Teacher:
+    """A frozen teacher adapted to the student: its inputs made from the student's, its output made logits."""
+
+    def __init__(self, model, student_config, outputs="auto"):
+        self.model = model
+        self.model.trainable = False
+        self.student_config = student_config
+        self.outputs = outputs
+        self.input_shape = self._input_shape()
+        self.probabilities = self._probabilities(outputs)
+
+    def _input_shape(self):
+        if isinstance(self.model, keras.layers.TFSMLayer):
+            return (None, None, None)  # a SavedModel signature says nothing Keras can read here
+        shape = self.model.input_shape
+        return tuple(shape[0][1:] if isinstance(shape, list) else shape[1:])
+
+    def _probabilities(self, outputs):
+        if outputs != "auto":
+            return outputs == "probabilities"
+        if isinstance(self.model, keras.Model):
+            return _outputs_probabilities(self.model)
+        return None  # a SavedModel's: read from its output's name on the first call
+
+    def check(self, images, classes):
+        """Runs the teacher on a batch; raises ValueError naming what does not fit the student's data."""
+        channels = self.input_shape[-1]
+        if channels not in (None, images.shape[-1]) and not (channels == 3 and images.shape[-1] == 1):
+            raise ValueError(f"The teacher takes {channels} channels and the data has {images.shape[-1]}")
+        logits = self.logits(images)
+        if logits.shape[-1] != classes:
+            raise ValueError(f"The teacher predicts {logits.shape[-1]} classes and the data has {classes}: "
+                             "a teacher must be a classifier of the student's classes")
+
+    def logits(self, images):
+        """The teacher's logits (or log-probabilities) for student inputs `images`, without gradient."""
+        outputs = self.model(self._inputs(images), training=False)
+        if isinstance(outputs, dict):
+            outputs = self._pick(outputs)
+        outputs = ops.cast(outputs, "float32")
+        if self.probabilities:
+            outputs = ops.log(ops.maximum(outputs, 1e-12))  # the log of a softmax is its logits, shifted
+        return ops.stop_gradient(outputs)
+
+    def _pick(self, outputs):
+        """One output of a SavedModel signature's dict: its only one, else `logits` or `probabilities`."""
+        names = [n for n in ("logits", "probabilities") if n in outputs] or (list(outputs) if len(outputs) == 1 else [])
+        if not names:
+            raise ValueError(f"The teacher's signature returns {sorted(outputs)}: it must return one output, "
+                             "'logits' or 'probabilities'")
+        if self.probabilities is None:
+            if names[0] not in ("logits", "probabilities"):
+                raise ValueError(f"The teacher's output {names[0]!r} does not say whether it is logits or "
+                                 "probabilities: set --teacher_outputs")
+            self.probabilities = names[0] == "probabilities"
+        return outputs[names[0]]
+
+    def _inputs(self, images):
+        """Student inputs to the teacher's: [0, 255] pixels (or a keras_vit teacher's own inputs), resized, RGB."""
+        config = self.student_config
+        pixels = (ops.cast(images, "float32") * np.asarray(config.input_std, "float32")
+                  + np.asarray(config.input_mean, "float32")) * 255.0
+        height, width, channels = self.input_shape
+        if height is not None and width is not None and tuple(pixels.shape[1:3]) != (height, width):
+            pixels = ops.image.resize(pixels, (height, width), interpolation="bilinear")
+        if channels == 3 and pixels.shape[-1] == 1:
+            pixels = ops.repeat(pixels, 3, axis=-1)
+        if isinstance(self.model, ViTModel) and self.model.vit_config is not None:
+            teacher = self.model.vit_config
+            pixels = ((pixels / 255.0 - np.asarray(teacher.input_mean, "float32"))
+                      / np.asarray(teacher.input_std, "float32"))
+        return pixels
+
+
+class Distiller(keras.Model):
+    """Trains `student` with `teacher` (a `Teacher`) as DeiT does; evaluates the student alone.
+
+    Args:
+        student: a keras_vit `ViTModel` with logits (`classifier_activation=None`), distilled or not.
+        teacher: a `Teacher`.
+        kind: "hard" or "soft".
+        alpha: float in [0, 1]. Weight of the distillation term.
+        temperature: float > 0. Soft distillation's tau.
+    """
+
+    def __init__(self, student, teacher, kind="hard", alpha=0.5, temperature=1.0, **kwargs):
+        super().__init__(**kwargs)
+        if kind not in ("hard", "soft"):
+            raise ValueError(f"`kind` must be 'hard' or 'soft'; received kind={kind!r}")
+        self.student, self.teacher, self.alpha = student, teacher, float(alpha)
+        head_names = ("head", "head_dist") if student.vit_config.distilled else ("head",)
+        self.heads = keras.Model(student.inputs, [student.get_layer(n).output for n in head_names])
+        self.teacher_model = teacher.model  # tracked, so a strategy places its variables
+        self.base_loss = keras.losses.CategoricalCrossentropy(from_logits=True)
+        self.distillation_loss = HardDistillation() if kind == "hard" else SoftDistillation(temperature)
+
+    def call(self, images, training=False):
+        heads = self.heads(images, training=training)
+        return tuple(heads) if isinstance(heads, (list, tuple)) else (heads, heads)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        class_logits, distillation_logits = y_pred
+        if not training:  # evaluation: the student as it serves, its heads averaged
+            return self.base_loss(y, (class_logits + distillation_logits) / 2, sample_weight)
+        distillation = self.distillation_loss(self.teacher.logits(x), distillation_logits, sample_weight)
+        return (1 - self.alpha) * self.base_loss(y, class_logits, sample_weight) + self.alpha * distillation
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        class_logits, distillation_logits = y_pred
+        return super().compute_metrics(x, y, (class_logits + distillation_logits) / 2, sample_weight)
+
+    @property
+    def checkpoint_variables(self):
+        """What a training checkpoint holds: the student's variables, not the frozen teacher's."""
+        return self.student.variables
+
+    def deliverables(self):
+        """The models written as model.keras and model.npz: the student."""
+        return self.student, self.student
