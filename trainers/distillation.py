@@ -10,12 +10,12 @@ frozen: it is not trainable and its output passes a stop-gradient.
 
 The teacher is any Keras classifier: `keras.applications.NAME` (ImageNet
 weights), a `.keras` file (a CNN saved with `model.save`, or a keras_vit
-model) or a SavedModel directory (called through `keras.layers.TFSMLayer`). It receives RGB pixels in
-[0, 255], the input of the `keras.applications` models that carry their
-preprocessing (RegNet, DeiT's teacher family; ConvNeXt; EfficientNet); a
-keras_vit teacher gets its own `preprocess_input` instead. Images are
-resized to a teacher's fixed input size and grey ones repeated to 3
-channels when the teacher takes RGB.
+model) or a SavedModel directory (called through `keras.layers.TFSMLayer`).
+It receives RGB pixels in [0, 255], the input of the `keras.applications`
+models that carry their preprocessing (ConvNeXt, EfficientNet, MobileNetV3;
+other families are refused by name); a keras_vit teacher gets its own
+`preprocess_input` instead. Images are resized to a teacher's fixed input
+size and grey ones repeated to 3 channels when the teacher takes RGB.
 """
 
 import os
@@ -57,6 +57,8 @@ class SoftDistillation(keras.losses.Loss):
 
 
 APPLICATIONS = "keras.applications."
+# The keras.applications families that take [0, 255] pixels, their preprocessing inside the model.
+PIXEL_FAMILIES = ("ConvNeXt", "EfficientNet", "MobileNetV3")
 
 
 def check_teacher_name(spec):
@@ -65,7 +67,11 @@ def check_teacher_name(spec):
         name = spec[len(APPLICATIONS):]
         if not callable(getattr(keras.applications, name, None)) or not name[:1].isupper():
             raise ValueError(f"`teacher`={spec!r} is not a keras.applications model (e.g. "
-                             "keras.applications.RegNetY160)")
+                             "keras.applications.ConvNeXtBase)")
+        if not name.startswith(PIXEL_FAMILIES):
+            raise ValueError(f"`teacher`={spec!r} takes its own preprocessed inputs, not [0, 255] pixels: use "
+                             f"one of the {PIXEL_FAMILIES} families, or save the model behind its "
+                             "preprocess_input as a .keras file")
     elif spec.endswith(".keras"):
         if not os.path.isfile(spec):
             raise ValueError(f"`teacher` must name an existing .keras file; received teacher={spec!r}: no such file")
@@ -143,6 +149,9 @@ class Teacher:
         outputs = self.model(self._inputs(images), training=False)
         if isinstance(outputs, dict):
             outputs = self._pick(outputs)
+        elif self.probabilities is None:
+            raise ValueError("The teacher's signature returns one unnamed output, which does not say whether it "
+                             "is logits or probabilities: set --teacher_outputs")
         outputs = ops.cast(outputs, "float32")
         if self.probabilities:
             outputs = ops.log(ops.maximum(outputs, 1e-12))  # the log of a softmax is its logits, shifted

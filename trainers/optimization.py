@@ -61,7 +61,8 @@ def make_optimizer(recipe, model):
     if recipe.optimizer == "sgd":
         optimizer = keras.optimizers.SGD(momentum=recipe.momentum, **common)
     else:  # Keras' Adam decays decoupled too when weight_decay is set, as AdamW
-        adam = keras.optimizers.AdamW if recipe.optimizer == "adamw" else keras.optimizers.Adam
+        # AdamW without decay is Adam (and Keras' AdamW refuses weight_decay=None).
+        adam = keras.optimizers.AdamW if recipe.optimizer == "adamw" and recipe.weight_decay else keras.optimizers.Adam
         optimizer = adam(beta_1=recipe.beta_1, beta_2=recipe.beta_2, **common)
     if recipe.weight_decay:
         optimizer.exclude_from_weight_decay(

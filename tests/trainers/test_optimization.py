@@ -34,3 +34,11 @@ def test_weight_decay_applies_to_kernels_only(name):
     kernels = {v.path for v in model.trainable_variables if v.name.endswith("kernel")}
     assert decayed == kernels and "class_token/token" not in decayed
     assert np.allclose(model.get_layer("patch_embedding").kernel.numpy(), 1 - 0.1 * 0.5)
+
+
+def test_adamw_without_weight_decay_is_adam():
+    """Keras' AdamW refuses weight_decay=None; a recipe with adamw and no decay (as mpp_pretrain's) still builds."""
+    model = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
+                          classes=3)
+    recipe = recipes.RECIPES["digits"].replace(optimizer="adamw", weight_decay=0.0)
+    assert type(optimization.make_optimizer(recipe, model)) is keras.optimizers.Adam

@@ -319,3 +319,25 @@ def test_vit_finetune_starts_from_an_imagenet21k_style_checkpoint(tmp_path, data
          "print(m.vit_config.image_size, m.vit_config.classes, m.vit_config.representation_size)",
          str(tmp_path / "run" / "model.keras")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert probe.stdout.split("\n")[-2] == "(8, 8) 10 None", probe.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_deit_distillation_and_mpp_train_under_mirrored_strategy(tmp_path, data_dir):
+    """Both tasks' losses fall over two logical CPUs; MPP's model.npz fine-tunes through the digits recipe."""
+    result = run(["tests.trainers.task_worker", str(tmp_path), data_dir])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "replicas.txt").read_text() == "2"
+    for task in ("deit", "mpp"):
+        losses = [loss for _, loss in sorted(event_scalars(tmp_path / task / "logs" / "train")["epoch_loss"])]
+        assert len(losses) == 4 and losses[-1] < 0.9 * losses[0], (task, losses)
+    import keras
+
+    import keras_vit  # noqa: F401 -- registers its layers for load_model
+
+    deit = keras.models.load_model(tmp_path / "deit" / "model.keras")
+    assert deit.vit_config.distilled and deit.get_layer("head_dist").kernel.shape == (32, 10)
+    mpp_network = keras.models.load_model(tmp_path / "mpp" / "model.keras")
+    assert mpp_network.get_layer("mpp_head").units == 8  # grey digits: 8 colour classes
+    pretrained = final_weights(tmp_path / "mpp")
+    assert "head/kernel" not in pretrained and not any(k.startswith("mpp") for k in pretrained)
+    assert json.loads((tmp_path / "finetune" / "metrics.json").read_text())["step"] == 10
