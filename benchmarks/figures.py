@@ -255,7 +255,23 @@ def fewshot_region(results):
             f"l2_reg {first['l2_reg']:g}.\n\n" + _table(["features", *[f"{n}-shot" for n in shots]], rows))
 
 
+# --- benchmarks.digits_pretraining
+
+def digits_pretraining_region(results):
+    """Each arm's test top-1 over seeds, the from-scratch rows first."""
+    data = _load(results, "digits_pretraining.json")
+    rows = [[name, f"{arm['mean']:.2%}", f"{arm['min']:.2%}-{arm['max']:.2%}",
+             ", ".join(f"{r['test_top1']:.2%}" for r in arm["runs"])] for name, arm in data["results"].items()]
+    seconds = [r["seconds"] for arm in data["results"].values() for r in arm["runs"]]
+    return (f"`{RESULTS / 'digits_pretraining.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+            f"{data['steps']} steps per arm (MPP: half pre-training, half fine-tuning), seeds "
+            f"{', '.join(map(str, data['seeds']))}, each run {min(seconds):.0f}-{max(seconds):.0f} s. The "
+            f"teacher CNN's test top-1: {data['teacher_top1']:.2%}. Test top-1 on the 360 test digits:\n\n"
+            + _table(["arm", "mean", "range", "per seed"], rows))
+
+
 REGIONS = {
+    "digits-pretraining": digits_pretraining_region,
     "fewshot-digits": fewshot_region,
     "main-job": main_job_region,
     "main-job-seeds": main_job_seeds_region,
@@ -269,6 +285,7 @@ REGIONS = {
 
 # Which result files each region reads (BUILD.md lists them; a test checks every file is read).
 SOURCES = {
+    "digits-pretraining": ("digits_pretraining.json",),
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
