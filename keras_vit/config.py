@@ -88,6 +88,9 @@ class ViTConfig:
     drop_path_rate: float = 0.0
     # Hold the blocks' weights stacked in one ScannedEncoder run by a loop.
     scan_layers: bool = False
+    # Recompute each block in the backward pass instead of keeping its activations (less memory in
+    # training, the same gradients; inference is unchanged).
+    remat: bool = False
 
     # --- head
     # timm's `fc_norm`: the final LayerNorm is applied to the pooled vector
@@ -126,7 +129,7 @@ class ViTConfig:
         if self.class_token is None:
             fix("class_token", self.classifier == "token")
         for name in ("class_token", "distilled", "no_embed_class", "dynamic_image_size", "gelu_approximate",
-                     "scan_layers", "fc_norm"):
+                     "scan_layers", "remat", "fc_norm"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be a bool; received {name}={getattr(self, name)!r}")
         for name, high in (("dropout_rate", 1), ("attention_dropout_rate", 1), ("drop_path_rate", 1)):
@@ -161,6 +164,12 @@ class ViTConfig:
         if self.dynamic_image_size and self.position_embedding == "relative_2d":
             raise ValueError("position_embedding='relative_2d' needs a fixed grid; received dynamic_image_size=True. "
                              "Use 'relative' or build one model per resolution.")
+        stochastic = (self.dropout_rate, self.attention_dropout_rate, self.drop_path_rate)
+        if self.remat and self.scan_layers and any(stochastic):
+            # Restoring the dropout seeds for the recomputation (EncoderBlock) assigns variables, which
+            # TensorFlow cannot differentiate inside the scan's loop.
+            raise ValueError("remat=True with scan_layers=True needs dropout_rate, attention_dropout_rate and "
+                             f"drop_path_rate at 0; received {stochastic}. Use scan_layers=False with remat")
         token = self.token_size
         if self.image_size[0] % token[0] or self.image_size[1] % token[1]:
             what = f"`patch_size`={self.patch_size}"
@@ -218,7 +227,7 @@ CONVENTION_FIELDS = ("classifier", "class_token", "distilled", "no_embed_class",
 # Fields a dataset decides for a training run.
 DATA_FIELDS = ("classes", "channels")
 # Fields that shape training only: the same weights compute the same function whatever they are.
-TRAINING_FIELDS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers")
+TRAINING_FIELDS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat")
 
 
 def _check_int(name, value, low):

@@ -172,6 +172,7 @@ def _encode(config, tokens):
         grid_size=config.grid_size if relative else None,
         num_prefix_tokens=config.num_prefix_tokens,
         interpolation=config.interpolation,
+        remat=config.remat,
     )
     if config.scan_layers:
         block_config["drop_path_rate"] = config.drop_path_rate  # the last block's: each block gets its linear_rate

@@ -81,6 +81,9 @@ class EncoderBlock(keras.layers.Layer):
         gelu_approximate: bool. Passed to `Mlp`. Defaults to True.
         relative_position, grid_size, num_prefix_tokens, interpolation:
             passed to `MultiHeadSelfAttention`.
+        remat: bool. In training, recompute the block in the backward pass
+            instead of keeping its activations (`keras.remat`); the
+            recomputation draws the forward's dropout masks. Defaults to False.
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -110,9 +113,11 @@ class EncoderBlock(keras.layers.Layer):
         grid_size=None,
         num_prefix_tokens=0,
         interpolation="bilinear",
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.remat = bool(remat)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.dropout_rate = float(dropout_rate)
@@ -150,6 +155,28 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
+        if self.remat and training and not return_attention_scores:
+            return self._rematerialized(inputs, drop_path_rate)
+        return self._forward(inputs, training, return_attention_scores, drop_path_rate)
+
+    def _rematerialized(self, inputs, drop_path_rate):
+        """The training forward under `keras.remat`, which runs it again in the backward pass.
+
+        Dropout and stochastic depth draw from seed generators that each
+        draw advances; the states read before the forward are passed in and
+        restored first, so the recomputation draws the same masks.
+        """
+        generators = [g for layer in self._flatten_layers()
+                      if (g := getattr(layer, "seed_generator", None)) is not None]
+
+        def forward(x, *states):
+            for generator, state in zip(generators, states):
+                generator.state.assign(state)
+            return self._forward(x, True, False, drop_path_rate)
+
+        return keras.remat(forward)(inputs, *[ops.convert_to_tensor(g.state.value) for g in generators])
+
+    def _forward(self, inputs, training, return_attention_scores, drop_path_rate):
         attended, scores = self.attention(
             self.norm_1(inputs), training=training, return_attention_scores=True
         )
@@ -173,4 +200,5 @@ class EncoderBlock(keras.layers.Layer):
             "grid_size": self.grid_size,
             "num_prefix_tokens": self.num_prefix_tokens,
             "interpolation": self.interpolation,
+            "remat": self.remat,
         }
