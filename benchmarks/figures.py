@@ -185,15 +185,18 @@ def summary_region(results):
 def export_latency_region(results):
     data = _load(results, "export_latency_cpu.json")
     rows = []
-    keras = {r["variant"]: r["latency_ms"]["median"] for r in data["results"] if r["runtime"] == "keras (XLA)"}
+    median = {(r["variant"], r["runtime"]): r["latency_ms"]["median"] for r in data["results"]}
     for r in data["results"]:
         rows.append([r["variant"], r["runtime"], _spread(r["latency_ms"], "{:.1f}"),
-                     f"{r['latency_ms']['median'] / keras[r['variant']]:.2f}x"])
+                     f"{r['latency_ms']['median'] / median[r['variant'], 'keras (XLA)']:.2f}x",
+                     f"{median[r['variant'], 'saved_model'] / r['latency_ms']['median']:.2f}x"])
     gemm = data["results"][0]["gemm_gflops"]
     return (f"`{RESULTS / 'export_latency_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
-            f"TensorFlow {data['tensorflow']}; batch-1 latency, median (min-max) over the rounds, and the median's "
-            f"ratio to Keras' (XLA) median. numpy's GEMM in the same rounds: {_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
-            + _table(["variant", "runtime", "ms", "vs keras"], rows))
+            f"TensorFlow {data['tensorflow']}; batch-1 latency, median (min-max) over the rounds, the median's "
+            f"ratio to Keras' (XLA) median, and the SavedModel's median over this one (the speed-up issue 18 "
+            f"asks of LiteRT: >= 2.5x fp32, >= 4x int8). numpy's GEMM in the same rounds: "
+            f"{_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
+            + _table(["variant", "runtime", "ms", "vs keras", "speed-up over SavedModel"], rows))
 
 
 # --- benchmarks.serving_latency
@@ -255,6 +258,24 @@ def fewshot_region(results):
             f"l2_reg {first['l2_reg']:g}.\n\n" + _table(["features", *[f"{n}-shot" for n in shots]], rows))
 
 
+# --- benchmarks.remat_memory
+
+def remat_memory_region(results):
+    data = _load(results, "remat_memory_cpu.json")
+    rows = [[i, f"{r['gemm_gflops']:.0f}", f"{r['plain']['peak_rss_mb']:.0f}", f"{r['remat']['peak_rss_mb']:.0f}",
+             f"{r['memory_ratio']:.2f}x", f"{r['plain']['step_s']:.1f}", f"{r['remat']['step_s']:.1f}",
+             f"{r['step_ratio']:.2f}x"] for i, r in enumerate(data["rounds"])]
+    summary = data["summary"]
+    verdict = "met" if summary["met"] else "not met"
+    return (f"`{RESULTS / 'remat_memory_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+            f"{data['variant']} training, batch {data['batch']}, AdamW, XLA {'on' if data['jit_compile'] else 'off'}, "
+            f"{data['steps']} timed steps per process after the compiling one. remat / plain: peak memory "
+            f"{_spread(summary['memory_ratio'])}x, step time {_spread(summary['step_ratio'])}x (median, min-max over "
+            f"rounds); the target ({data['target']}) is {verdict}.\n\n"
+            + _table(["round", "GEMM GFLOP/s", "peak MB plain", "peak MB remat", "memory", "step s plain",
+                      "step s remat", "step time"], rows))
+
+
 # --- benchmarks.digits_pretraining
 
 def digits_pretraining_region(results):
@@ -272,6 +293,7 @@ def digits_pretraining_region(results):
 
 REGIONS = {
     "digits-pretraining": digits_pretraining_region,
+    "remat-memory": remat_memory_region,
     "fewshot-digits": fewshot_region,
     "main-job": main_job_region,
     "main-job-seeds": main_job_seeds_region,
@@ -286,6 +308,7 @@ REGIONS = {
 # Which result files each region reads (BUILD.md lists them; a test checks every file is read).
 SOURCES = {
     "digits-pretraining": ("digits_pretraining.json",),
+    "remat-memory": ("remat_memory_cpu.json",),
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
