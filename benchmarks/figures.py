@@ -276,6 +276,43 @@ def remat_memory_region(results):
                       "step s remat", "step time"], rows))
 
 
+# --- benchmarks.input_pipeline
+
+# The host cores a TPU v4-8 needs, from what we measured per core and what the chips would consume. No
+# DeiT-B/16 throughput on v4 is published; we scale big_vision's ViT-S/16 ImageNet run ("6-7h" for 90
+# epochs of 1,281,167 images on a TPU-v3-8, big_vision/configs/vit_s16_i1k.py) by B/16's FLOPs over
+# S/16's and by v4's bf16 peak over v3's (275 / 123 TFLOP/s, cloud.google.com/tpu/docs/v4 and /v3),
+# assuming the same utilisation.
+S16_V3_8_IMAGES_PER_S = (90 * 1_281_167 / (7 * 3600), 90 * 1_281_167 / (6 * 3600))
+V4_OVER_V3 = 275 / 123
+
+
+def input_pipeline_region(results):
+    from benchmarks import common
+
+    data = _load(results, "input_pipeline_cpu.json")
+    summary = data["summary"]
+    rows = [[side, _spread(summary[side]["images_per_s"], "{:.0f}"), _spread(summary[side]["images_per_cpu_s"], "{:.0f}"),
+             "-" if side == "keras_vit" else f"{_spread(summary['cpu_ratio_' + side])}x"]
+            for side in ("keras_vit", "timm", "timm_plain")]
+    b16, s16 = (common.vit_forward_flops(224, 16, width, 4 * width, 12) for width in (768, 384))
+    consumed = [rate * V4_OVER_V3 * s16 / b16 for rate in S16_V3_8_IMAGES_PER_S]
+    per_core = summary["keras_vit"]["images_per_cpu_s"]["median"]
+    cores = [rate / per_core for rate in consumed]
+    verdict = "met" if summary["met"] else "not met"
+    return (f"`{RESULTS / 'input_pipeline_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+            f"{data['dataset']['images']} JPEGs of {data['dataset']['size']}, batch {data['batch']}, "
+            f"{data['timed_images']} timed images per side and round, {data['rounds'] if isinstance(data['rounds'], int) else len(data['rounds'])} "
+            f"rounds, median (min-max). Images per CPU-second counts every process of a side (timm's "
+            f"workers included); the ratio is keras_vit's over the side's, within each round. The target "
+            f"({data['target']}) is {verdict}.\n\n"
+            + _table(["side", "images/s (wall)", "images per CPU-second", "keras_vit / side"], rows)
+            + f"\n\nA TPU v4-8 training DeiT-B/16 would consume about {consumed[0]:,.0f}-{consumed[1]:,.0f} "
+            f"images/s (our estimate, explained in `benchmarks/figures.py`), so at {per_core:.0f} images per "
+            f"CPU-second it needs about {cores[0]:.0f}-{cores[1]:.0f} host cores for this pipeline; the batch "
+            f"size does not change the per-image cost.")
+
+
 # --- benchmarks.digits_pretraining
 
 def digits_pretraining_region(results):
@@ -293,6 +330,7 @@ def digits_pretraining_region(results):
 
 REGIONS = {
     "digits-pretraining": digits_pretraining_region,
+    "input-pipeline": input_pipeline_region,
     "remat-memory": remat_memory_region,
     "fewshot-digits": fewshot_region,
     "main-job": main_job_region,
@@ -308,6 +346,7 @@ REGIONS = {
 # Which result files each region reads (BUILD.md lists them; a test checks every file is read).
 SOURCES = {
     "digits-pretraining": ("digits_pretraining.json",),
+    "input-pipeline": ("input_pipeline_cpu.json",),
     "remat-memory": ("remat_memory_cpu.json",),
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
