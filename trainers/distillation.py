@@ -117,7 +117,6 @@ class Teacher:
         self.model = model
         self.model.trainable = False
         self.student_config = student_config
-        self.outputs = outputs
         self.input_shape = self._input_shape()
         self.probabilities = self._probabilities(outputs)
 
