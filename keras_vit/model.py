@@ -370,10 +370,10 @@ BASE_DOCSTRING = """Builds {title}.
         A `ViTModel`; inputs are images in [-1, 1]
         (`keras_vit.preprocess_input`).
 
-    Example:
-    >>> model = keras_vit.{builder}(classes=10, image_size={example_size})
-    >>> model.output_shape
-    (None, 10)
+    Example (any `ViTConfig` field overrides the variant's; two blocks keep it quick):
+    >>> model = keras_vit.{builder}(classes=10, image_size={example_size}, num_layers=2)
+    >>> model.output_shape, model.vit_config.hidden_size
+    ((None, 10), {hidden_size})
     """
 
 

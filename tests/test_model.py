@@ -224,7 +224,7 @@ def test_dynamic_image_size_under_xla_fit(position_embedding):
     model.compile(optimizer=keras.optimizers.SGD(1e-3), jit_compile=True,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     rng = np.random.default_rng(3)
-    for shape in [(32, 48), (48, 32), (64, 64), (32, 48)]:
+    for shape in [(32, 48), (64, 64), (32, 48)]:  # a new size retraces; a size seen before reuses its trace
         x = rng.uniform(-1, 1, (4, *shape, 3)).astype("float32")
         history = model.fit(x, np.arange(4), batch_size=4, epochs=1, verbose=0)
         assert np.isfinite(history.history["loss"]).all()

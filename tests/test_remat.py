@@ -28,11 +28,11 @@ def _gradients(remat, jit_compile, **fields):
     return [g.numpy() for g in (*step(), *step())]
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
-@pytest.mark.parametrize("fields", [
-    dict(dropout_rate=0.2, attention_dropout_rate=0.2, drop_path_rate=0.3),
-    dict(scan_layers=True),
-], ids=["unrolled-stochastic", "scanned"])
+STOCHASTIC = dict(dropout_rate=0.2, attention_dropout_rate=0.2, drop_path_rate=0.3)
+
+
+@pytest.mark.parametrize("fields, jit_compile", [(STOCHASTIC, False), (STOCHASTIC, True), (dict(scan_layers=True), False)],
+                         ids=["unrolled-stochastic", "unrolled-stochastic-xla", "scanned"])
 def test_remat_gives_the_same_gradients(fields, jit_compile):
     plain, recomputed = _gradients(False, jit_compile, **fields), _gradients(True, jit_compile, **fields)
     assert max(np.abs(g).max() for g in plain) > 0.1

@@ -107,8 +107,10 @@ def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_d
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     process = subprocess.Popen([sys.executable, "-m", *trainer(killed_dir, data_dir, *flags)], cwd=ROOT,
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The manager's state file names a checkpoint once it is whole (the index file comes before it).
+    state = killed_dir / "checkpoints" / "checkpoint"
     deadline = time.time() + 300
-    while not list(killed_dir.glob("checkpoints/ckpt-20.index")) and time.time() < deadline:
+    while not (state.exists() and "ckpt-20" in state.read_text()) and time.time() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
