@@ -40,9 +40,9 @@ class Recipe:
     # DeiT distillation from a frozen teacher: "none", "hard" (its argmax) or "soft" (KL to its output at
     # distillation_temperature), weighted distillation_alpha against the labels' (1 - alpha).
     distillation: str = "none"
-    # The teacher: a .keras file, a SavedModel directory or keras.applications.NAME (a ConvNeXt, EfficientNet
-    # or MobileNetV3, with ImageNet weights Keras downloads); a classifier of the dataset's classes that takes RGB pixels in [0, 255] (a keras_vit
-    # model takes its own inputs).
+    # The teacher: a .keras file, a SavedModel directory or keras.applications.NAME (a ConvNeXt,
+    # EfficientNet or MobileNetV3, with ImageNet weights Keras downloads); a classifier of the dataset's
+    # classes that takes RGB pixels in [0, 255] (a keras_vit model takes its own inputs).
     teacher: str = ""
     # A SavedModel teacher's signature, and whether a teacher returns "logits" or "probabilities" ("auto":
     # a Keras model's last activation, a signature's output name).
@@ -130,6 +130,25 @@ class Recipe:
 
 FIELDS = {f.name: f for f in dataclasses.fields(Recipe) if f.name != "model"}
 
+# DeiT from scratch; `deit_distilled` is the same recipe with a teacher.
+_DEIT = Recipe(
+    description=(
+        "DeiT-B/16 from scratch on ImageNet-1k (Touvron et al. 2021, Table 9; Model Garden "
+        "deit_imagenet_pretrain): AdamW lr 5e-4 x batch/512, weight decay 0.05, cosine with 5 "
+        "warm-up epochs, RandAugment m9 (mstd 0.5 in the paper; 0 here: Model Garden 2.20 cannot "
+        "vary it on uint8 images), Mixup 0.8, CutMix 1.0, label smoothing 0.1, "
+        "random erasing 0.25, stochastic depth 0.1, 300 epochs at batch 1024. Expected: 81.8%."
+    ),
+    model=decode_variant("B/16").replace(drop_path_rate=0.1), dataset="tfds:imagenet2012",
+    train_split="train", eval_split="validation", train_crop="inception", flip=True,
+    randaugment_layers=2, randaugment_magnitude=9.0, randaugment_magnitude_std=0.0,
+    mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, random_erasing=0.25,
+    optimizer="adamw", learning_rate=5e-4, lr_batch_reference=512, weight_decay=0.05,
+    schedule="cosine", warmup_steps=6_255, batch_size=1024, train_steps=375_300,
+    checkpoint_every=2000,
+)
+
+
 RECIPES = {
     "digits": Recipe(
         description=(
@@ -171,36 +190,15 @@ RECIPES = {
         optimizer="sgd", learning_rate=0.03, momentum=0.9, weight_decay=0.0, schedule="cosine",
         warmup_steps=500, grad_clip_norm=1.0, batch_size=512, train_steps=20_000,
     ),
-    "deit": Recipe(
-        description=(
-            "DeiT-B/16 from scratch on ImageNet-1k (Touvron et al. 2021, Table 9; Model Garden "
-            "deit_imagenet_pretrain): AdamW lr 5e-4 x batch/512, weight decay 0.05, cosine with 5 "
-            "warm-up epochs, RandAugment m9 (mstd 0.5 in the paper; 0 here: Model Garden 2.20 cannot "
-            "vary it on uint8 images), Mixup 0.8, CutMix 1.0, label smoothing 0.1, "
-            "random erasing 0.25, stochastic depth 0.1, 300 epochs at batch 1024. Expected: 81.8%."
-        ),
-        model=decode_variant("B/16").replace(drop_path_rate=0.1), dataset="tfds:imagenet2012",
-        train_split="train", eval_split="validation", train_crop="inception", flip=True,
-        randaugment_layers=2, randaugment_magnitude=9.0, randaugment_magnitude_std=0.0,
-        mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, random_erasing=0.25,
-        optimizer="adamw", learning_rate=5e-4, lr_batch_reference=512, weight_decay=0.05,
-        schedule="cosine", warmup_steps=6_255, batch_size=1024, train_steps=375_300,
-        checkpoint_every=2000,
-    ),
-    "deit_distilled": Recipe(
+    "deit": _DEIT,
+    "deit_distilled": _DEIT.replace(
         description=(
             "DeiT-B/16 with the distillation token (Touvron et al. 2021, Sec. 4 and Table 5): the deit "
             "recipe with hard-label distillation (alpha 0.5) from a convnet teacher run in the compiled "
             "step: keras.applications.ConvNeXtBase (ImageNet weights; Keras 3 has no RegNetY-16GF, DeiT's). "
             "Expected: DeiT-B distilled reached 83.4% top-1 at 300 epochs with its RegNet teacher."
         ),
-        model=decode_variant("B/16").replace(drop_path_rate=0.1, distilled=True), dataset="tfds:imagenet2012",
-        train_split="train", eval_split="validation", train_crop="inception", flip=True,
-        randaugment_layers=2, randaugment_magnitude=9.0, mixup_alpha=0.8, cutmix_alpha=1.0,
-        label_smoothing=0.1, random_erasing=0.25, optimizer="adamw", learning_rate=5e-4,
-        lr_batch_reference=512, weight_decay=0.05, schedule="cosine", warmup_steps=6_255, batch_size=1024,
-        train_steps=375_300, checkpoint_every=2000, distillation="hard", teacher="keras.applications.ConvNeXtBase",
-        distillation_alpha=0.5,
+        distilled=True, distillation="hard", teacher="keras.applications.ConvNeXtBase", distillation_alpha=0.5,
     ),
     "mpp_pretrain": Recipe(
         description=(
