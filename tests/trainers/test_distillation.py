@@ -166,3 +166,13 @@ def test_the_distilled_recipe_names_deits_teacher():
     recipe = recipes.validate(recipes.RECIPES["deit_distilled"])
     assert (recipe.distillation, recipe.teacher, recipe.distillation_alpha, recipe.model.distilled) == (
         "hard", "keras.applications.ConvNeXtBase", 0.5, True)
+
+
+def test_an_unreachable_applications_download_says_what_to_do(monkeypatch):
+    def offline(**kwargs):
+        raise OSError("URL fetch failure on https://storage.googleapis.com/...: [Errno -3] name resolution")
+
+    monkeypatch.setattr(keras.applications, "ConvNeXtTiny", offline)
+    with pytest.raises(ValueError, match=r"(?s)Could not get the ImageNet weights of keras.applications.ConvNeXtTiny"
+                                         r".*~/.keras/models/.*--teacher=teacher.keras"):
+        distillation.load_teacher("keras.applications.ConvNeXtTiny")
