@@ -25,15 +25,3 @@ def load_model(path, **overrides):
             raise ValueError(f"A .keras file is exported as it is; received changes {sorted(overrides)} for {path!r}")
         return keras.models.load_model(path, compile=False)  # no training state needed
     return keras_vit.ViT.from_checkpoint(path, classifier_activation=None, **overrides)
-
-
-def outputs_probabilities(model):
-    """Whether `model` ends in a softmax (True) or returns logits (False).
-
-    A distilled DeiT ends in the average of its two heads: its heads' activation says which.
-    """
-    last = model.layers[-1]
-    if last.name == "distilled_average":
-        last = model.get_layer("head")
-    activation = getattr(last, "activation", None)
-    return activation is keras.activations.softmax

@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from export import preprocessing as prep
 from export import serving_check
-from export.loading import outputs_probabilities
+from keras_vit.model import outputs_probabilities
 
 METADATA = "keras_vit_export.json"
 DEFAULT_TOP_K = 5

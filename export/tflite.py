@@ -34,7 +34,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from export.loading import outputs_probabilities
+from keras_vit.model import outputs_probabilities
 from keras_vit.layers.utils import check_choice
 from keras_vit.preprocessing import INPUT_RANGE
 

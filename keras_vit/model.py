@@ -298,6 +298,18 @@ def ViT(
     return model
 
 
+def outputs_probabilities(model):
+    """Whether a Keras classifier ends in a softmax (True) or returns logits (False).
+
+    A softmax activation of the last layer or a `Softmax` layer counts; a
+    distilled DeiT ends in the average of its two heads, whose activation says.
+    """
+    last = model.layers[-1]
+    if last.name == "distilled_average":
+        last = model.get_layer("head")
+    return isinstance(last, keras.layers.Softmax) or getattr(last, "activation", None) is keras.activations.softmax
+
+
 def from_checkpoint(path, *, include_top=None, classifier_activation="softmax", name=None, **overrides):
     """Builds the model a checkpoint describes and loads it: `ViT.from_checkpoint(path)`.
 

@@ -15,6 +15,7 @@ from keras import ops
 
 from keras_vit import model as vit_model
 from keras_vit.layers import PatchCorruption
+from keras_vit.preprocessing import inputs_to_pixels
 
 BITS = 3
 
@@ -36,8 +37,7 @@ def colour_targets(images, config):
     equal bins; the class is the bins read as a base-8 number, the first channel most significant.
     """
     channels = config.channels
-    pixels = (ops.cast(images, "float32") * np.asarray(config.input_std, "float32")
-              + np.asarray(config.input_mean, "float32"))
+    pixels = inputs_to_pixels(images, config) / 255.0
     patch_height, patch_width = config.patch_size
     shape = ops.shape(pixels)
     grid = (shape[1] // patch_height, shape[2] // patch_width)

@@ -36,6 +36,19 @@ def preprocess_input(x, data_format=None, config=None):
     return (x - mean) / std
 
 
+def inputs_to_pixels(x, config):
+    """The inverse of `preprocess_input(x, config=config)`: model inputs back to float32 pixels in [0, 255].
+
+    Example:
+    >>> from keras_vit import ViTConfig
+    >>> np.asarray(inputs_to_pixels(np.array([-1.0, 1.0], "float32"), ViTConfig(channels=1, input_mean=(0.5,),
+    ...                                                                          input_std=(0.5,))))
+    array([  0., 255.], dtype=float32)
+    """
+    return (ops.cast(x, "float32") * np.asarray(config.input_std, np.float32)
+            + np.asarray(config.input_mean, np.float32)) * np.float32(255.0)
+
+
 def resize_and_center_crop(image, size, crop_fraction=1.0, interpolation="bilinear"):
     """Resizes one `(h, w, C)` image to `size`, keeping `crop_fraction` of its centre.
 

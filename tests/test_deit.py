@@ -84,7 +84,7 @@ def test_deit_builders_use_deits_conventions():
 
 
 def test_export_reads_a_distilled_models_output_kind():
-    from export import loading
+    from keras_vit.model import outputs_probabilities
 
-    assert loading.outputs_probabilities(distilled()) and not loading.outputs_probabilities(
+    assert outputs_probabilities(distilled()) and not outputs_probabilities(
         distilled(classifier_activation=None))

@@ -21,10 +21,10 @@ size and grey ones repeated to 3 channels when the teacher takes RGB.
 import os
 
 import keras
-import numpy as np
 from keras import ops
 
-from keras_vit.model import ViTModel
+from keras_vit.model import ViTModel, outputs_probabilities
+from keras_vit.preprocessing import inputs_to_pixels, preprocess_input
 
 KINDS = ("none", "hard", "soft")
 TEACHER_OUTPUTS = ("auto", "logits", "probabilities")
@@ -100,16 +100,6 @@ def load_teacher(spec, signature="serving_default"):
                          f"{error}") from error
 
 
-def _outputs_probabilities(teacher):
-    """Whether a Keras teacher ends in a softmax (keras.applications' default), looking past DeiT's averaging."""
-    last = teacher.layers[-1] if isinstance(teacher, keras.Model) else None
-    if last is not None and last.name == "distilled_average":
-        last = teacher.get_layer("head")
-    if isinstance(last, keras.layers.Softmax):
-        return True
-    return getattr(getattr(last, "activation", None), "__name__", None) == "softmax"
-
-
 class Teacher:
     """A frozen teacher adapted to the student: its inputs made from the student's, its output made logits."""
 
@@ -130,7 +120,7 @@ class Teacher:
         if outputs != "auto":
             return outputs == "probabilities"
         if isinstance(self.model, keras.Model):
-            return _outputs_probabilities(self.model)
+            return outputs_probabilities(self.model)
         return None  # a SavedModel's: read from its output's name on the first call
 
     def check(self, images, classes):
@@ -171,18 +161,14 @@ class Teacher:
 
     def _inputs(self, images):
         """Student inputs to the teacher's: [0, 255] pixels (or a keras_vit teacher's own inputs), resized, RGB."""
-        config = self.student_config
-        pixels = (ops.cast(images, "float32") * np.asarray(config.input_std, "float32")
-                  + np.asarray(config.input_mean, "float32")) * 255.0
+        pixels = inputs_to_pixels(images, self.student_config)
         height, width, channels = self.input_shape
         if height is not None and width is not None and tuple(pixels.shape[1:3]) != (height, width):
             pixels = ops.image.resize(pixels, (height, width), interpolation="bilinear")
         if channels == 3 and pixels.shape[-1] == 1:
             pixels = ops.repeat(pixels, 3, axis=-1)
         if isinstance(self.model, ViTModel) and self.model.vit_config is not None:
-            teacher = self.model.vit_config
-            pixels = ((pixels / 255.0 - np.asarray(teacher.input_mean, "float32"))
-                      / np.asarray(teacher.input_std, "float32"))
+            return preprocess_input(pixels, config=self.model.vit_config)
         return pixels
 
 
@@ -212,16 +198,21 @@ class Distiller(keras.Model):
         heads = self.heads(images, training=training)
         return tuple(heads) if isinstance(heads, (list, tuple)) else (heads, heads)
 
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+    @staticmethod
+    def served(y_pred):
+        """The student's output as it serves: its heads' logits averaged."""
         class_logits, distillation_logits = y_pred
-        if not training:  # evaluation: the student as it serves, its heads averaged
-            return self.base_loss(y, (class_logits + distillation_logits) / 2, sample_weight)
+        return (class_logits + distillation_logits) / 2
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        if not training:  # evaluation: the student as it serves, against the labels alone
+            return self.base_loss(y, self.served(y_pred), sample_weight)
+        class_logits, distillation_logits = y_pred
         distillation = self.distillation_loss(self.teacher.logits(x), distillation_logits, sample_weight)
         return (1 - self.alpha) * self.base_loss(y, class_logits, sample_weight) + self.alpha * distillation
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
-        class_logits, distillation_logits = y_pred
-        return super().compute_metrics(x, y, (class_logits + distillation_logits) / 2, sample_weight)
+        return super().compute_metrics(x, y, self.served(y_pred), sample_weight)
 
     @property
     def checkpoint_variables(self):

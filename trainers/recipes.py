@@ -357,8 +357,9 @@ def validate(recipe):
 def _check_task(recipe):
     """MPP pre-trains a plain ViT from scratch without a teacher; distillation names its teacher."""
     if recipe.task == "mpp":
-        for name, value in (("distillation", "none"), ("pretrained", ""), ("resnet_num_layers", None)):
-            actual = getattr(recipe.model if name == "resnet_num_layers" else recipe, name)
+        needs = (("distillation", recipe.distillation, "none"), ("pretrained", recipe.pretrained, ""),
+                 ("resnet_num_layers", recipe.model.resnet_num_layers, None))
+        for name, actual, value in needs:
             if actual != value:
                 raise ValueError(f"task='mpp' pre-trains a plain ViT from scratch: it needs {name}={value!r}; "
                                  f"received {name}={actual!r}")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from export import loading, tflite
+from export import tflite
+from keras_vit.model import outputs_probabilities
 
 SIZE = 16
 CLASSES = 3
@@ -99,7 +100,8 @@ def test_int8_quantizes_gelu_softmax_and_layernorm(variants):
 def test_verify_applies_softmax_once(trained, variants):
     model, held_out, _ = trained
     probabilities = keras.Model(model.input, keras.layers.Activation("softmax")(model.output))
-    assert loading.outputs_probabilities(probabilities) and not loading.outputs_probabilities(model)
+    assert outputs_probabilities(probabilities) and not outputs_probabilities(model)
+    assert outputs_probabilities(keras.Model(model.input, keras.layers.Softmax()(model.output)))
     on_probabilities = tflite.verify(tflite.convert(probabilities), probabilities, held_out)
     on_logits = tflite.verify(variants["none"], model, held_out)
     assert on_probabilities["top1_agreement"] == on_logits["top1_agreement"] == 1.0

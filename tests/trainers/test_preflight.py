@@ -95,6 +95,26 @@ def test_a_checkpoint_of_other_conventions_is_refused_before_the_run(model_dir, 
             r"gelu_approximate=True \(the checkpoint's: False\).*input_mean")
 
 
+@pytest.mark.parametrize("fields, allowed", [
+    (dict(distillation="hard"), r"distillation='hard' needs a `teacher`"),
+    (dict(distillation="soft", teacher="/nowhere/t.keras"), r"received teacher='/nowhere/t.keras': no such file"),
+    (dict(distillation="hard", teacher="keras.applications.VGG16"), r"takes its own preprocessed inputs"),
+    (dict(task="mpp", pretrained="/nowhere/w.npz"), r"no such file"),
+    (dict(task="mpp", distillation="hard", teacher="keras.applications.ConvNeXtTiny"), r"needs distillation='none'"),
+])
+def test_a_bad_task_field_stops_the_run_and_writes_nothing(model_dir, data_dir, fields, allowed):
+    refused(TINY.replace(**fields), model_dir, data_dir, allowed)
+
+
+def test_a_teacher_that_does_not_fit_the_data_stops_the_run_and_writes_nothing(model_dir, data_dir, tmp_path):
+    import keras
+
+    teacher = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    teacher.save(tmp_path / "teacher.keras")
+    refused(TINY.replace(distillation="hard", teacher=str(tmp_path / "teacher.keras")), model_dir, data_dir,
+            r"The teacher predicts 3 classes and the data has 10")
+
+
 def test_an_unknown_weights_name_lists_the_variants_names(model_dir, data_dir):
     refused(TINY.replace(variant="Ti/16", image_size=32, pretrained="imagenet99"), model_dir, data_dir,
             r"No pretrained weights named 'imagenet99' for .*available:")
