@@ -12,6 +12,7 @@ import pathlib
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -108,3 +109,12 @@ def print_table(rows, columns):
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
     for row in rows:
         print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths)))
+
+
+def train_metrics(model_dir, *flags):
+    """Runs `python -m trainers.train --model_dir=MODEL_DIR FLAGS...` in a fresh process; returns its metrics.json."""
+    result = subprocess.run([sys.executable, "-m", "trainers.train", f"--model_dir={model_dir}", *flags],
+                            capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"trainers.train {' '.join(flags)} failed:\n{result.stderr[-3000:]}")
+    return json.loads((pathlib.Path(model_dir) / "metrics.json").read_text())

@@ -14,11 +14,8 @@ Every arm trains the digits recipe's ViT for the same total number of steps
     python -m benchmarks.digits_pretraining [--steps=2000] [--seeds=0,1,2] [--out=...]
 """
 
-import json
 import pathlib
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -68,14 +65,6 @@ def train_teacher(folder, data_dir, seed=0):
     return str(path), float(teacher.evaluate(x_test, y_test, verbose=0)[1])
 
 
-def train(model_dir, data_dir, *flags_):
-    result = subprocess.run([sys.executable, "-m", "trainers.train", f"--model_dir={model_dir}",
-                             f"--data_dir={data_dir}", *flags_], capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"trainers.train {' '.join(flags_)} failed:\n{result.stderr[-3000:]}")
-    return json.loads((pathlib.Path(model_dir) / "metrics.json").read_text())
-
-
 def arms(steps, teacher):
     """{name: [[flags of each stage]]}: one stage, or MPP's two (pre-training, then fine-tuning)."""
     common_flags = [f"--train_steps={steps}", f"--warmup_steps={steps // 40}"]
@@ -100,7 +89,7 @@ def run_arm(stages, seed, folder, data_dir):
     for index, stage in enumerate(stages):
         model_dir = pathlib.Path(folder) / f"run-{time.monotonic_ns()}-{index}"
         stage = [f.format(mpp=previous) for f in stage]
-        metrics = train(model_dir, data_dir, f"--seed={seed}", *stage)
+        metrics = common.train_metrics(model_dir, f"--data_dir={data_dir}", f"--seed={seed}", *stage)
         previous = model_dir / "model.npz"
     return {"seed": seed, "test_top1": metrics["eval_top1"], "seconds": time.perf_counter() - start}
 

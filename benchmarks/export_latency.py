@@ -5,7 +5,10 @@ them), rounds alternate the runtimes; each round also times a float32 GEMM so
 the spread of the machine shows. Prints a table (median and min-max
 milliseconds, and the ratio to Keras in the same round) and writes JSON.
 
-    python -m benchmarks.export_latency [--variants=Ti/16,S/16] [--rounds=3]
+    python -m benchmarks.export_latency [--variants=Ti/16,S/16] [--rounds=3] [--threads=N]
+
+Every runtime gets the same `--threads` (default: every core), as TensorFlow
+takes by default; LiteRT alone would take one.
 """
 
 import os
@@ -25,6 +28,8 @@ from export import saved_model, tflite  # noqa: E402
 _VARIANTS = flags.DEFINE_list("variants", ["Ti/16", "S/16"], "ViT variants.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
 _SECONDS = flags.DEFINE_float("seconds", 1.5, "Seconds of calls per runtime and round.")
+_THREADS = flags.DEFINE_integer("threads", os.cpu_count(),
+                                "Threads of every runtime: TensorFlow's intra-op pool and LiteRT's interpreter.")
 _OUT = flags.DEFINE_string("out", "benchmarks/results/export_latency_cpu.json", "Where to write the JSON.")
 
 
@@ -38,13 +43,15 @@ def runtimes(model, folder):
              "saved_model": lambda: serving(inputs=tf.constant(image))["probabilities"].numpy()}
     calibration = np.random.default_rng(1).uniform(-1, 1, (4, 224, 224, 3)).astype("float32")
     for quantize in tflite.QUANTIZATIONS:
-        interpreter = tflite.make_interpreter(tflite.convert(model, quantize, calibration))
+        interpreter = tflite.make_interpreter(tflite.convert(model, quantize, calibration), _THREADS.value)
         calls[f"tflite {quantize}"] = lambda it=interpreter: tflite.invoke(it, image[0])
     return calls
 
 
 def main(argv):
     del argv
+    # The same cores for every runtime: TensorFlow takes them all by default, LiteRT one.
+    tf.config.threading.set_intra_op_parallelism_threads(_THREADS.value)
     results, rows = [], []
     for variant in _VARIANTS.value:
         model = keras_vit.ViT(keras_vit.decode_variant(variant), classifier_activation=None)
@@ -60,7 +67,8 @@ def main(argv):
                          "ms (median, min-max)": f"{summary['median']:.1f} ({summary['min']:.1f}-{summary['max']:.1f})",
                          "vs keras": f"{summary['median'] / keras_median:.2f}x"})
     common.print_table(rows, list(rows[0]))
-    common.write_json(_OUT.value, {"machine": common.machine(), "tensorflow": tf.__version__, "results": results})
+    common.write_json(_OUT.value, {"machine": common.machine(), "tensorflow": tf.__version__,
+                                   "threads": _THREADS.value, "results": results})
     print(f"wrote {_OUT.value}")
 
 

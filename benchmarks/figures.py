@@ -192,11 +192,27 @@ def export_latency_region(results):
                      f"{median[r['variant'], 'saved_model'] / r['latency_ms']['median']:.2f}x"])
     gemm = data["results"][0]["gemm_gflops"]
     return (f"`{RESULTS / 'export_latency_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
-            f"TensorFlow {data['tensorflow']}; batch-1 latency, median (min-max) over the rounds, the median's "
+            f"TensorFlow {data['tensorflow']}, every runtime on {data['threads']} threads; batch-1 latency, median (min-max) over the rounds, the median's "
             f"ratio to Keras' (XLA) median, and the SavedModel's median over this one (the speed-up issue 18 "
             f"asks of LiteRT: >= 2.5x fp32, >= 4x int8). numpy's GEMM in the same rounds: "
             f"{_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
             + _table(["variant", "runtime", "ms", "vs keras", "speed-up over SavedModel"], rows))
+
+
+# --- benchmarks.tflite_int8_ops
+
+def tflite_int8_ops_region(results):
+    data = _load(results, "tflite_int8_ops_cpu.json")
+    rows = [[r["op"], r["calls_per_model"], f"{r['float32_ms']['median']:.3f}", f"{r['int8_ms']['median']:.3f}",
+             f"{r['int8_ms']['median'] / r['float32_ms']['median']:.1f}x", "yes" if r["int8_delegated"] else "no",
+             f"{r['int8_share_of_model']:.0%}"] for r in data["results"]]
+    return (f"`{RESULTS / 'tflite_int8_ops_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
+            f"TensorFlow {data['tensorflow']}; each op alone at Ti/16's shapes, batch 1, one thread, median ms "
+            f"over the rounds; its calls in one Ti/16 pass times its int8 time, as a share of the whole Ti/16 "
+            f"int8 model timed in the same rounds ({_spread(data['model_int8_ms'], '{:.1f}')} ms). numpy's GEMM "
+            f"in the same rounds: {_spread(data['gemm_gflops'], '{:.0f}')} GFLOP/s.\n\n"
+            + _table(["op", "calls", "float32 ms", "int8 ms", "int8 / float32", "XNNPACK takes some of int8",
+                      "share of the int8 model"], rows))
 
 
 # --- benchmarks.serving_latency
@@ -340,6 +356,7 @@ REGIONS = {
     "suite-cpu-jax": suite_region("suite_cpu_jax.json"),
     "suite-drift": drift_region,
     "export-latency": export_latency_region,
+    "tflite-int8-ops": tflite_int8_ops_region,
     "serving-latency": serving_latency_region,
 }
 
@@ -356,6 +373,7 @@ SOURCES = {
     "suite-cpu-jax": ("suite_cpu_jax.json",),
     "suite-drift": DRIFT_RUNS,
     "export-latency": ("export_latency_cpu.json",),
+    "tflite-int8-ops": ("tflite_int8_ops_cpu.json",),
     "serving-latency": ("serving_latency_cpu.json",),
 }
 

@@ -8,11 +8,8 @@ with the mean and range.
     python -m benchmarks.main_job_seeds [--seeds=0,1,2,3,4] [--repeat_first] [--out=...]
 """
 
-import json
 import pathlib
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -28,9 +25,7 @@ _OUT = flags.DEFINE_string("out", "benchmarks/results/main_job_seeds.json", "Whe
 def run_once(seed, folder):
     model_dir = pathlib.Path(folder) / f"seed{seed}-{time.monotonic_ns()}"
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "trainers.train", "--recipe=digits", f"--seed={seed}",
-                    f"--model_dir={model_dir}"], check=True, capture_output=True, text=True)
-    metrics = json.loads((model_dir / "metrics.json").read_text())
+    metrics = common.train_metrics(model_dir, "--recipe=digits", f"--seed={seed}")
     return {"seed": int(seed), "test_top1": metrics["eval_top1"], "test_top5": metrics["eval_top5"],
             "step": metrics["step"], "seconds": time.perf_counter() - start}
 
