@@ -190,9 +190,9 @@ def _train_image(image, seed, recipe):
         image = tf.image.stateless_random_flip_left_right(image, seed=seeds[2])
     image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
     if recipe.randaugment_layers:
-        from official.vision.ops import augment
+        from trainers.augment import RandAugment  # Model Garden's, with faster geometric ops
 
-        image = augment.RandAugment(
+        image = RandAugment(
             num_layers=recipe.randaugment_layers, magnitude=recipe.randaugment_magnitude,
             magnitude_std=recipe.randaugment_magnitude_std, exclude_ops=["Cutout"]).distort(image)
     image = preprocess_input(image, config=recipe.model)

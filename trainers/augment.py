@@ -1,0 +1,94 @@
+"""Model Garden's RandAugment, with its geometric ops moving whole pixels: the same images, faster.
+
+Model Garden's Rotate, ShearX/Y and TranslateX/Y add an alpha channel to the
+uint8 image, run `ImageProjectiveTransformV3` (nearest, reflect fill) over
+each of the four channels of every pixel, then paint pixels whose alpha came
+out 0 with the replace colour and drop the alpha. Nearest interpolation only
+copies pixels, so here each pixel's channels are packed into one int32 and
+moved at once, with the replace colour as the fill value: bit for bit the
+same image (tests/trainers/test_augment.py) for a quarter of the transform's
+element work. These five ops were the costliest of RandAugment's on the CPU
+(docs/performance.md), the input pipeline's largest cost.
+
+The policy itself (which op, magnitudes, probabilities, random draws) stays
+Model Garden's: `RandAugment` only hands it these functions while it builds
+its graph.
+"""
+
+import contextlib
+import math
+
+import tensorflow as tf
+from official.vision.ops import augment
+
+
+def _move_pixels(image, transform, replace):
+    """`image` (uint8 [h, w, c], c <= 4) under the projective `transform` (8 floats): nearest, reflect fill."""
+    channels = tf.shape(image)[-1]  # a decoded image's is known only when it runs
+    padded = tf.ensure_shape(tf.pad(image, [[0, 0], [0, 0], [0, 4 - channels]]), [None, None, 4])
+    packed = tf.bitcast(padded, tf.int32)  # [h, w]
+    # Reflect fill reads inside the image (TF clamps the reflected coordinate); were a pixel left
+    # unfilled, Model Garden's unwrap would paint it `replace`: that colour as one int32, little-endian.
+    fill = sum(int(value) << (8 * k) for k, value in enumerate(list(replace)[:3]))
+    moved = tf.raw_ops.ImageProjectiveTransformV3(
+        images=packed[None, :, :, None], transforms=tf.reshape(transform, [1, 8]),
+        output_shape=tf.shape(packed), fill_value=float(fill), interpolation="NEAREST", fill_mode="REFLECT")
+    moved = tf.bitcast(moved[0, :, :, 0], tf.uint8)[:, :, :channels]
+    return tf.ensure_shape(moved, image.shape)
+
+
+def _matrix(*entries):
+    return tf.stack([tf.cast(entry, tf.float32) for entry in entries])
+
+
+# The same signatures as Model Garden's (it inspects the argument names) and
+# the same transforms (augment._convert_*_to_transform, written out).
+
+def translate_x(image, pixels, replace):
+    return _move_pixels(image, _matrix(1, 0, pixels, 0, 1, 0, 0, 0), replace)
+
+
+def translate_y(image, pixels, replace):
+    return _move_pixels(image, _matrix(1, 0, 0, 0, 1, pixels, 0, 0), replace)
+
+
+def shear_x(image, level, replace):
+    return _move_pixels(image, _matrix(1, level, 0, 0, 1, 0, 0, 0), replace)
+
+
+def shear_y(image, level, replace):
+    return _move_pixels(image, _matrix(1, 0, 0, level, 1, 0, 0, 0), replace)
+
+
+def rotate(image, degrees, replace):
+    """Clockwise by `degrees` about the image centre."""
+    angle = tf.cast(degrees * (math.pi / 180.0), tf.float32)
+    height, width = (tf.cast(size, tf.float32) for size in tf.unstack(tf.shape(image)[:2]))
+    cos, sin = tf.math.cos(angle), tf.math.sin(angle)
+    x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0
+    y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / 2.0
+    return _move_pixels(image, _matrix(cos, -sin, x_offset, sin, cos, y_offset, 0, 0), replace)
+
+
+FAST_OPS = {"Rotate": rotate, "ShearX": shear_x, "ShearY": shear_y, "TranslateX": translate_x,
+            "TranslateY": translate_y}
+
+
+@contextlib.contextmanager
+def _fast_ops():
+    """Model Garden's op table with `FAST_OPS` in it, for the duration of a graph build."""
+    table = augment.NAME_TO_FUNC
+    saved = {name: table[name] for name in FAST_OPS}
+    table.update(FAST_OPS)
+    try:
+        yield
+    finally:
+        table.update(saved)
+
+
+class RandAugment(augment.RandAugment):
+    """`official.vision.ops.augment.RandAugment` with `FAST_OPS`: the same arguments and images."""
+
+    def distort(self, image):
+        with _fast_ops():
+            return super().distort(image)
