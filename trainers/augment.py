@@ -1,4 +1,4 @@
-"""Model Garden's RandAugment, with its geometric ops moving whole pixels: the same images, faster.
+"""Model Garden's RandAugment with faster versions of its costliest ops: the same images.
 
 Model Garden's Rotate, ShearX/Y and TranslateX/Y add an alpha channel to the
 uint8 image, run `ImageProjectiveTransformV3` (nearest, reflect fill) over
@@ -7,8 +7,9 @@ out 0 with the replace colour and drop the alpha. Nearest interpolation only
 copies pixels, so here each pixel's channels are packed into one int32 and
 moved at once, with the replace colour as the fill value: bit for bit the
 same image (tests/trainers/test_augment.py) for a quarter of the transform's
-element work. These five ops were the costliest of RandAugment's on the CPU
-(docs/performance.md), the input pipeline's largest cost.
+element work. These five ops, then Solarize and SolarizeAdd (a lookup table
+below), were the costliest of RandAugment's on the CPU, and RandAugment the
+input pipeline's largest cost (docs/performance.md).
 
 The policy itself (which op, magnitudes, probabilities, random draws) stays
 Model Garden's: `RandAugment` only hands it these functions while it builds
@@ -70,8 +71,27 @@ def rotate(image, degrees, replace):
     return _move_pixels(image, _matrix(cos, -sin, x_offset, sin, cos, y_offset, 0, 0), replace)
 
 
+def _look_up(table, image):
+    return tf.gather(table, tf.cast(image, tf.int32))
+
+
+def _every_value():
+    return tf.range(256, dtype=tf.int32)
+
+
+# Solarize and SolarizeAdd map each byte on its own: Model Garden's op, run on
+# the 256 possible values, is their lookup table (about half their time).
+
+def solarize(image, threshold=128):
+    return _look_up(augment.solarize(tf.cast(_every_value(), tf.uint8), threshold), image)
+
+
+def solarize_add(image, addition=0, threshold=128):
+    return _look_up(augment.solarize_add(tf.cast(_every_value(), tf.uint8), addition, threshold), image)
+
+
 FAST_OPS = {"Rotate": rotate, "ShearX": shear_x, "ShearY": shear_y, "TranslateX": translate_x,
-            "TranslateY": translate_y}
+            "TranslateY": translate_y, "Solarize": solarize, "SolarizeAdd": solarize_add}
 
 
 @contextlib.contextmanager

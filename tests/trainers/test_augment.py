@@ -25,7 +25,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("name, levels", CASES, ids=[name for name, _ in CASES])
-def test_each_fast_op_gives_model_gardens_image_bit_for_bit(name, levels):
+def test_each_geometric_op_gives_model_gardens_image_bit_for_bit(name, levels):
     ours, theirs = augment.FAST_OPS[name], model_garden.NAME_TO_FUNC[name]
     for image in images(0):
         for level in levels:
@@ -38,6 +38,21 @@ def test_each_fast_op_gives_model_gardens_image_bit_for_bit(name, levels):
                           input_signature=[tf.TensorSpec([None, None, None], tf.uint8)])
     image = images(0, 1)[0]
     np.testing.assert_array_equal(unknown(image).numpy(), theirs(image, levels[-1], REPLACE).numpy())
+
+
+@pytest.mark.parametrize("name, arguments", [
+    ("Solarize", [(0,), (77,), (128,), (255,), (256,), (384,)]),
+    ("SolarizeAdd", [(0, 128), (110, 128), (-128, 128), (165, 128), (50, 0), (50, 256)]),
+])
+def test_each_lookup_op_gives_model_gardens_image_bit_for_bit(name, arguments):
+    ours, theirs = augment.FAST_OPS[name], model_garden.NAME_TO_FUNC[name]
+    every = tf.constant(np.arange(256, dtype=np.uint8).reshape(16, 16, 1).repeat(3, -1))
+    for image in [every, *images(3)]:
+        for args in arguments:
+            expected = theirs(image, *args).numpy()
+            received = ours(image, *args).numpy()  # Python ints, as the policy passes them
+            assert received.dtype == np.uint8 and received.shape == image.shape
+            np.testing.assert_array_equal(received, expected, err_msg=f"{name}{args} on {image.shape}")
 
 
 @pytest.mark.parametrize("channels", [1, 2, 3, 4])
@@ -69,6 +84,7 @@ def test_rand_augment_runs_model_gardens_policy_with_the_fast_ops():
     assert transforms(augment.RandAugment(**settings)) == ["int32"] * 10
     assert transforms(model_garden.RandAugment(**settings)) == ["uint8"] * 10
     assert model_garden.NAME_TO_FUNC["Rotate"] is model_garden.wrapped_rotate  # the table is Model Garden's again
+    assert model_garden.NAME_TO_FUNC["Solarize"] is model_garden.solarize
     tf.random.set_seed(0)
     augmented = tf.function(lambda x: tf.map_fn(augment.RandAugment(**settings).distort, x))(tf.stack([image] * 16))
     assert augmented.dtype == tf.uint8 and augmented.shape == (16, *image.shape)
