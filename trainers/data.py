@@ -31,6 +31,9 @@ class Source:
     channels: int
     # Files left out by skip_bad_images.
     skipped: int = 0
+    # The same examples in the same order as (encoded image bytes, label), or
+    # None: the training stream then decodes only a JPEG's inception crop.
+    encoded: tf.data.Dataset = None
 
 
 def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
@@ -55,7 +58,8 @@ def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
     if num_classes and num_classes != source.num_classes:
         raise ValueError(f"`num_classes` must match the {source.num_classes} classes dataset={name!r} declares "
                          f"(or be 0 to read them); received num_classes={num_classes}")
-    return dataclasses.replace(source, dataset=check_labels(source.dataset, source.num_classes))
+    encoded = None if source.encoded is None else check_labels(source.encoded, source.num_classes)
+    return dataclasses.replace(source, dataset=check_labels(source.dataset, source.num_classes), encoded=encoded)
 
 
 def digits_name():
@@ -89,9 +93,11 @@ def _load_tfds(name, split, data_dir):
     builder.download_and_prepare()
     _check_split(split, builder.info.splits, name)
     ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config())
+    encoded = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config(),
+                                 decoders={"image": tfds.decode.SkipDecoding()})
     info = builder.info
     return Source(ds, info.splits[split].num_examples, info.features["label"].num_classes,
-                  info.features["image"].shape[-1] or 3)
+                  info.features["image"].shape[-1] or 3, encoded=encoded)
 
 
 def _load_folder(root, split, skip_bad_images):
@@ -109,17 +115,16 @@ def _load_folder(root, split, skip_bad_images):
                          f"{listed}{more}\nFix or remove them, or pass --skip_bad_images to train without them.")
     num_examples = builder.info.splits[split].num_examples
     num_classes = builder.info.features["label"].num_classes
-    if not bad:
-        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config())
-        return Source(ds, num_examples, num_classes, 3)
-    # The raw bytes and file names, so the bad files leave before any decoding.
+    # The raw bytes and file names, so bad files leave before any decoding.
     ds = builder.as_dataset(split=split, shuffle_files=False, read_config=_read_config(),
                             decoders={"image": tfds.decode.SkipDecoding()})
-    bad_paths = tf.constant(sorted(bad))
-    ds = ds.filter(lambda ex: tf.logical_not(tf.reduce_any(tf.equal(ex["image/filename"], bad_paths))))
-    ds = ds.map(lambda ex: (tf.io.decode_image(ex["image"], channels=3, expand_animations=False), ex["label"]),
-                num_parallel_calls=AUTOTUNE, deterministic=True)
-    return Source(ds, num_examples - len(bad), num_classes, 3, skipped=len(bad))
+    if bad:
+        bad_paths = tf.constant(sorted(bad))
+        ds = ds.filter(lambda ex: tf.logical_not(tf.reduce_any(tf.equal(ex["image/filename"], bad_paths))))
+    encoded = ds.map(lambda ex: (ex["image"], ex["label"]))
+    decoded = encoded.map(lambda data, label: (_decode(data, 3), label), num_parallel_calls=AUTOTUNE,
+                          deterministic=True)
+    return Source(decoded, num_examples - len(bad), num_classes, 3, skipped=len(bad), encoded=encoded)
 
 
 def _load_tfrecord(name, pattern, split, num_classes):
@@ -129,8 +134,10 @@ def _load_tfrecord(name, pattern, split, num_classes):
     if not files:
         raise ValueError(f"No TFRecord files match {pattern.replace('{split}', split)!r} (dataset={name!r})")
     count = sum(_scan_tfrecord_labels(path, num_classes) for path in files)
-    ds = tf.data.TFRecordDataset(files).map(_parse_example, num_parallel_calls=AUTOTUNE)
-    return Source(ds, count, num_classes, 3)
+    encoded = tf.data.TFRecordDataset(files).map(_parse_example, num_parallel_calls=AUTOTUNE, deterministic=True)
+    decoded = encoded.map(lambda data, label: (_decode(data, 3), label), num_parallel_calls=AUTOTUNE,
+                          deterministic=True)
+    return Source(decoded, count, num_classes, 3, encoded=encoded)
 
 
 def _scan_tfrecord_labels(path, num_classes):
@@ -163,24 +170,53 @@ def check_labels(ds, num_classes):
 
 
 def _parse_example(record):
-    """The Inception/Model Garden convention: image/encoded and image/class/label."""
+    """The Inception/Model Garden convention: image/encoded and image/class/label (still encoded)."""
     features = tf.io.parse_single_example(record, {
         "image/encoded": tf.io.FixedLenFeature([], tf.string),
         "image/class/label": tf.io.FixedLenFeature([], tf.int64),
     })
-    image = tf.io.decode_image(features["image/encoded"], channels=3, expand_animations=False)
-    return image, features["image/class/label"]
+    return features["image/encoded"], features["image/class/label"]
 
 
-def _train_image(image, seed, recipe):
+def _decode(data, channels):
+    return tf.io.decode_image(data, channels=channels, expand_animations=False)
+
+
+def _inception_window(shape, seed):
+    """(begin, size) of the inception crop (area 5-100%, aspect 3/4-4/3) of an image of `shape`."""
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape, tf.zeros([1, 0, 4]), seed=seed, min_object_covered=0.0, aspect_ratio_range=(3 / 4, 4 / 3),
+        area_range=(0.05, 1.0), max_attempts=10, use_image_if_no_bounding_boxes=True)
+    return begin, size
+
+
+def _decode_inception_crop(data, seed, channels):
+    """The inception crop of an encoded image; a JPEG decodes only the crop (as Model Garden and big_vision do).
+
+    The window is drawn from the header's height and width, so it is the one
+    the decoded image would get; libjpeg's cropped decode may round a few
+    pixels at the window's edges differently.
+    """
+    def jpeg():
+        begin, size = _inception_window(tf.image.extract_jpeg_shape(data), seed)
+        window = tf.stack([begin[0], begin[1], size[0], size[1]])
+        return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
+
+    def other():
+        image = _decode(data, channels)
+        return tf.slice(image, *_inception_window(tf.shape(image), seed))
+
+    return tf.ensure_shape(tf.cond(tf.io.is_jpeg(data), jpeg, other), [None, None, channels])
+
+
+def _train_image(image, seed, recipe, encoded_channels=None):
+    """A training image from a decoded `image`, or from its bytes when `encoded_channels` is set (inception crop)."""
     size = recipe.model.image_size
     seeds = tf.random.experimental.stateless_split(seed, 4)
-    if recipe.train_crop == "inception":
-        begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
-            tf.shape(image), tf.zeros([1, 0, 4]), seed=seeds[0], min_object_covered=0.0,
-            aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.05, 1.0), max_attempts=10,
-            use_image_if_no_bounding_boxes=True)
-        image = tf.slice(image, begin, crop)
+    if encoded_channels:
+        image = _decode_inception_crop(image, seeds[0], encoded_channels)
+    elif recipe.train_crop == "inception":
+        image = tf.slice(image, *_inception_window(tf.shape(image), seeds[0]))
     image = tf.image.resize(image, size, method="bilinear")
     if recipe.random_shift:
         pad = recipe.random_shift
@@ -222,7 +258,10 @@ def _split(ds, count, global_batch, input_context):
 
 def train_dataset(recipe, source, global_batch, start_step, num_steps, input_context=None):
     """Steps `[start_step, start_step + num_steps)` of the training stream, in per-replica batches."""
-    ds, count, per_step, batch_size = _split(source.dataset, source.num_examples, global_batch, input_context)
+    # Encoded, where the crop lets JPEGs decode only their window: less decoding and a shuffle buffer of bytes.
+    encoded_channels = source.channels if recipe.train_crop == "inception" and source.encoded is not None else None
+    examples = source.encoded if encoded_channels else source.dataset
+    ds, count, per_step, batch_size = _split(examples, source.num_examples, global_batch, input_context)
     start, stop = start_step * per_step, (start_step + num_steps) * per_step  # this pipeline's examples
     buffer = min(recipe.shuffle_buffer, count)
     # Epoch e is shuffled with its own seed: a Python int, hence the epochs are
@@ -236,7 +275,7 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps, input_con
     def prepare(index, example):
         image, label = example
         seed = tf.stack([tf.constant(recipe.seed, tf.int64), index])
-        return _train_image(image, seed, recipe), label
+        return _train_image(image, seed, recipe, encoded_channels), label
 
     stream = stream.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     stream = stream.batch(batch_size, drop_remainder=True)

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -83,6 +85,56 @@ def test_a_folder_of_jpeg_and_png(tmp_path):
     assert tuple(x.shape) == (4, 8, 8, 3) and tuple(y.shape) == (4, 2)
 
 
+def _photo(height, width, seed):
+    """Smooth gradients plus noise, as a photo: JPEG's chroma subsampling then has something to round."""
+    rng = np.random.default_rng(seed)
+    y, x = np.meshgrid(np.linspace(0, 1, height), np.linspace(0, 1, width), indexing="ij")
+    pixels = np.stack([x, y, 1 - x * y], -1) * 200 + rng.normal(0, 20, (height, width, 3))
+    return np.clip(pixels, 0, 255).astype(np.uint8)
+
+
+def _decoded_crop(data_bytes, seed):
+    image = data._decode(data_bytes, 3)
+    return tf.slice(image, *data._inception_window(tf.shape(image), seed)).numpy()
+
+
+def test_the_inception_crop_decodes_only_the_window_of_a_jpeg():
+    pixels = _photo(75, 100, 0)
+    for s in range(20):
+        seed = tf.constant([0, s], tf.int64)
+        png = tf.io.encode_png(pixels)
+        np.testing.assert_array_equal(data._decode_inception_crop(png, seed, 3).numpy(), _decoded_crop(png, seed))
+        exact = tf.io.encode_jpeg(pixels, chroma_downsampling=False)  # 4:4:4: nothing to interpolate across
+        np.testing.assert_array_equal(data._decode_inception_crop(exact, seed, 3).numpy(), _decoded_crop(exact, seed))
+        # 4:2:0 (the usual photo): the same window; chroma upsampling may round a few edge pixels otherwise.
+        subsampled = tf.io.encode_jpeg(pixels)
+        fused, plain = data._decode_inception_crop(subsampled, seed, 3).numpy(), _decoded_crop(subsampled, seed)
+        assert fused.shape == plain.shape
+        assert np.mean(fused != plain) < 0.05 and np.mean(np.abs(fused.astype(int) - plain)) < 0.5
+    grey = tf.io.encode_jpeg(pixels[..., :1])
+    assert data._decode_inception_crop(grey, tf.constant([1, 2], tf.int64), 3).shape[-1] == 3
+
+
+def test_training_from_bytes_gives_the_decoded_streams_batches(tmp_path):
+    for label in ("a", "b"):
+        (tmp_path / "train" / label).mkdir(parents=True)
+        for i in range(6):
+            pixels, path = _photo(40 + 7 * i, 60 - 3 * i, i), tmp_path / "train" / label / f"{i}"
+            if i % 2:
+                path.with_suffix(".png").write_bytes(tf.io.encode_png(pixels).numpy())
+            else:
+                path.with_suffix(".jpg").write_bytes(tf.io.encode_jpeg(pixels, chroma_downsampling=False).numpy())
+    source = data.load(f"folder:{tmp_path}", "train")
+    assert source.encoded is not None
+    recipe = recipes.RECIPES["deit"].replace(image_size=16, batch_size=4, shuffle_buffer=12, randaugment_layers=0,
+                                             mixup_alpha=0.0, cutmix_alpha=0.0, random_erasing=0.0)
+    from_bytes = list(data.train_dataset(recipe, source, 4, 0, 6).as_numpy_iterator())
+    decoded = list(data.train_dataset(recipe, dataclasses.replace(source, encoded=None), 4, 0, 6).as_numpy_iterator())
+    for (x, y), (x_decoded, y_decoded) in zip(from_bytes, decoded, strict=True):
+        np.testing.assert_array_equal(y, y_decoded)
+        np.testing.assert_array_equal(x, x_decoded)  # 4:4:4 JPEGs and PNGs decode the same either way
+
+
 def test_tfrecords_of_encoded_images(tmp_path):
     path = tmp_path / "train-00000.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:
@@ -97,6 +149,8 @@ def test_tfrecords_of_encoded_images(tmp_path):
     assert source.num_examples == 5
     images, labels = zip(*source.dataset.as_numpy_iterator())
     assert list(labels) == [0, 1, 2, 3, 4] and images[2][0, 0, 0] == 80
+    encoded = list(source.encoded.as_numpy_iterator())  # what the inception crop decodes from
+    assert [label for _, label in encoded] == list(labels) and encoded[2][0].startswith(b"\x89PNG")
     with pytest.raises(ValueError, match="set --num_classes"):
         data.load(f"tfrecord:{tmp_path}/*.tfrecord", "train")
 
