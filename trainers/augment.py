@@ -7,7 +7,7 @@ out 0 with the replace colour and drop the alpha. Nearest interpolation only
 copies pixels, so here each pixel's channels are packed into one int32 and
 moved at once, with the replace colour as the fill value: bit for bit the
 same image (tests/trainers/test_augment.py) for a quarter of the transform's
-element work. These five ops, then Solarize and SolarizeAdd (a lookup table
+element work; a translation by whole pixels is one gather. These five ops, then Solarize and SolarizeAdd (a lookup table
 below), were the costliest of RandAugment's on the CPU, and RandAugment the
 input pipeline's largest cost (docs/performance.md).
 
@@ -45,12 +45,26 @@ def _matrix(*entries):
 # The same signatures as Model Garden's (it inspects the argument names) and
 # the same transforms (augment._convert_*_to_transform, written out).
 
+def _shift_whole_pixels(image, pixels, axis):
+    """Pixel i along `axis` takes pixel i + pixels, mirrored at the edges as TF's reflect fill does (d c b a | a b c d)."""
+    size = tf.shape(image)[axis]
+    source = tf.math.floormod(tf.range(size) + tf.cast(pixels, tf.int32), 2 * size)
+    return tf.gather(image, tf.where(source < size, source, 2 * size - 1 - source), axis=axis)
+
+
+def _translate(image, pixels, replace, axis, transform):
+    # Whole pixels (the usual: Model Garden's shift is magnitude x 10) need no interpolation: one gather.
+    pixels = tf.cast(pixels, tf.float32)
+    return tf.cond(tf.equal(pixels, tf.round(pixels)), lambda: _shift_whole_pixels(image, pixels, axis),
+                   lambda: _move_pixels(image, transform, replace))
+
+
 def translate_x(image, pixels, replace):
-    return _move_pixels(image, _matrix(1, 0, pixels, 0, 1, 0, 0, 0), replace)
+    return _translate(image, pixels, replace, 1, _matrix(1, 0, pixels, 0, 1, 0, 0, 0))
 
 
 def translate_y(image, pixels, replace):
-    return _move_pixels(image, _matrix(1, 0, 0, 0, 1, pixels, 0, 0), replace)
+    return _translate(image, pixels, replace, 0, _matrix(1, 0, 0, 0, 1, pixels, 0, 0))
 
 
 def shear_x(image, level, replace):

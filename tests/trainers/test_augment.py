@@ -15,9 +15,9 @@ def images(seed, count=4):
     return [tf.constant(rng.integers(0, 256, (*shape, 3), dtype=np.uint8)) for shape in shapes]
 
 
-CASES = [
-    ("TranslateX", [0.0, 3.0, -7.5, 0.5, 100.0, -250.0]),
-    ("TranslateY", [0.0, 2.0, -13.25, 0.5, 60.0, 250.0]),
+CASES = [  # whole and fractional shifts, beyond one and two widths: both of the translations' paths
+    ("TranslateX", [0.0, 3.0, -7.5, 0.5, 100.0, -250.0, 150.0, -90.0, 600.0, -1.0]),
+    ("TranslateY", [0.0, 2.0, -13.25, 0.5, 60.0, 250.0, -150.0, 90.0, -600.0, 1.0]),
     ("ShearX", [0.0, 0.1, -0.3, 0.25, 1.5]),
     ("ShearY", [0.0, -0.05, 0.3, -0.25, 2.0]),
     ("Rotate", [0.0, 30.0, -30.0, 90.0, 45.5, -180.0, 7.0]),
