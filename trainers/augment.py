@@ -5,11 +5,12 @@ uint8 image, run `ImageProjectiveTransformV3` (nearest, reflect fill) over
 each of the four channels of every pixel, then paint pixels whose alpha came
 out 0 with the replace colour and drop the alpha. Nearest interpolation only
 copies pixels, so here each pixel's channels are packed into one int32 and
-moved at once, with the replace colour as the fill value: bit for bit the
-same image (tests/trainers/test_augment.py) for a quarter of the transform's
-element work; a translation by whole pixels is one gather. These five ops, then Solarize and SolarizeAdd (a lookup table
-below), were the costliest of RandAugment's on the CPU, and RandAugment the
-input pipeline's largest cost (docs/performance.md).
+moved at once, with the replace colour as the fill value, and a translation
+by whole pixels is one gather: bit for bit the same image
+(tests/trainers/test_augment.py) for a fraction of the work. These five ops,
+then Solarize and SolarizeAdd (lookup tables below), were the costliest of
+RandAugment's on the CPU, and RandAugment the input pipeline's largest cost
+(docs/performance.md).
 
 The policy itself (which op, magnitudes, probabilities, random draws) stays
 Model Garden's: `RandAugment` only hands it these functions while it builds
@@ -42,9 +43,6 @@ def _matrix(*entries):
     return tf.stack([tf.cast(entry, tf.float32) for entry in entries])
 
 
-# The same signatures as Model Garden's (it inspects the argument names) and
-# the same transforms (augment._convert_*_to_transform, written out).
-
 def _shift_whole_pixels(image, pixels, axis):
     """Pixel i along `axis` takes pixel i + pixels, mirrored at the edges as TF's reflect fill does (d c b a | a b c d)."""
     size = tf.shape(image)[axis]
@@ -58,6 +56,9 @@ def _translate(image, pixels, replace, axis, transform):
     return tf.cond(tf.equal(pixels, tf.round(pixels)), lambda: _shift_whole_pixels(image, pixels, axis),
                    lambda: _move_pixels(image, transform, replace))
 
+
+# The same signatures as Model Garden's (it inspects the argument names) and
+# the same transforms (augment._convert_*_to_transform, written out).
 
 def translate_x(image, pixels, replace):
     return _translate(image, pixels, replace, 1, _matrix(1, 0, pixels, 0, 1, 0, 0, 0))

@@ -31,8 +31,9 @@ class Source:
     channels: int
     # Files left out by skip_bad_images.
     skipped: int = 0
-    # The same examples in the same order as (encoded image bytes, label), or
-    # None: the training stream then decodes only a JPEG's inception crop.
+    # The same examples in the same order as (encoded image bytes, label),
+    # where the source has them, else None: the inception-crop training
+    # stream decodes these, a JPEG only its crop window.
     encoded: tf.data.Dataset = None
 
 
@@ -226,7 +227,7 @@ def _train_image(image, seed, recipe, encoded_channels=None):
         image = tf.image.stateless_random_flip_left_right(image, seed=seeds[2])
     image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
     if recipe.randaugment_layers:
-        from trainers.augment import RandAugment  # Model Garden's, with faster geometric ops
+        from trainers.augment import RandAugment  # Model Garden's, with faster equal ops
 
         image = RandAugment(
             num_layers=recipe.randaugment_layers, magnitude=recipe.randaugment_magnitude,
