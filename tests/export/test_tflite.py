@@ -115,14 +115,20 @@ def test_int8_quantizes_gelu_softmax_and_layernorm(variants):
 
 def test_int8_needs_the_class_token_kept_in_float(trained, variants, monkeypatch):
     # The class token (|x| <= 0.03) shares the int8 scale of patch tokens 60x
-    # larger; quantized with them, agreement falls below the 99% bound.
+    # larger; quantized with them, the logits move several times as far
+    # (here 98.4% top-1 agreement against 99.6%, 3.9 against 0.7 at most).
     model, held_out, calibration = trained
     assert np.abs(model.get_layer("class_token").weights[0].numpy()).max() < 0.05
-    kept = tflite.verify(variants["int8"], model, held_out)["top1_agreement"]
     monkeypatch.setattr(tflite, "FLOAT_IN_INT8", re.compile("matches no tensor"))
     all_int8 = tflite.convert(model, "int8", representative_images=calibration)
     assert tflite.float_ops(all_int8) == {"NEG": 5}
-    assert tflite.verify(all_int8, model, held_out)["top1_agreement"] < tflite.TOLERANCES["int8"]["agreement"] <= kept
+    expected = model.predict(held_out, verbose=0)
+    kept_error, all_int8_error = (np.abs(tflite.run(converted, held_out) - expected).max()
+                                  for converted in (variants["int8"], all_int8))
+    assert 2 * kept_error < all_int8_error
+    agreement = {name: tflite.verify(converted, model, held_out)["top1_agreement"]
+                 for name, converted in (("kept", variants["int8"]), ("all_int8", all_int8))}
+    assert agreement["all_int8"] < agreement["kept"]
 
 
 def test_verify_applies_softmax_once(trained, variants):

@@ -31,6 +31,43 @@ def data_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("tfds"))
 
 
+VERBOSITY = [([], False), (["--verbosity=0"], True)]
+BAD_FLAGS = [
+    ("--optimizer=rmsprop", "`optimizer` must be one of"),
+    ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of <auto|tpu|gpu|multi_worker|cpu>"),
+    ("--recipe=imagenet", "flag --recipe=imagenet: value should be one of"),
+    ("--batch_size=0", "received batch_size=0"),
+    ("--learning_rate=nan", "`learning_rate` must be in (0, inf); received learning_rate=nan"),
+    ("--eval_crop_fraction=0", "`eval_crop_fraction` must be in (0, 1]; received eval_crop_fraction=0.0"),
+]
+
+
+@pytest.fixture(scope="module")
+def refused_runs(tmp_path_factory):
+    """The trainer refusing each bad command line, all in processes started together (each pays TF's import).
+
+    Returns {name: (CompletedProcess, its model_dir or None)}; each model_dir holds a notes.txt beforehand.
+    """
+    commands = {"no model_dir": (["trainers.train"], None)}
+    for verbosity, _ in VERBOSITY:
+        model_dir = tmp_path_factory.mktemp("verbosity")
+        commands[f"verbosity {verbosity}"] = (
+            ["trainers.train", f"--model_dir={model_dir}", "--eval_every=-1", *verbosity], model_dir)
+    for flag, _ in BAD_FLAGS:
+        model_dir = tmp_path_factory.mktemp("bad_flag")
+        (model_dir / "notes.txt").write_text("kept")
+        commands[flag] = (["trainers.train", f"--model_dir={model_dir}", flag], model_dir)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    started = {name: subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for name, (args, _) in commands.items()}
+    results = {}
+    for name, process in started.items():
+        stdout, stderr = process.communicate(timeout=600)
+        results[name] = (subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr),
+                         commands[name][1])
+    return results
+
+
 def trainer(model_dir, data_dir, *extra):
     return ["trainers.train", f"--model_dir={model_dir}", f"--data_dir={data_dir}", *TINY_FLAGS, *extra]
 
@@ -88,10 +125,10 @@ def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
     keras_vit.load_npz(model, tmp_path / "model.npz")
 
 
-@pytest.mark.parametrize("verbosity, shown", [([], False), (["--verbosity=0"], True)])
-def test_info_lines_only_with_verbosity(tmp_path, verbosity, shown):
+@pytest.mark.parametrize("verbosity, shown", VERBOSITY)
+def test_info_lines_only_with_verbosity(refused_runs, verbosity, shown):
     """The recipe is logged at INFO before the bad --eval_every stops the run."""
-    result = run(["trainers.train", f"--model_dir={tmp_path}", "--eval_every=-1", *verbosity])
+    result, _ = refused_runs[f"verbosity {verbosity}"]
     assert result.returncode != 0 and "--eval_every must be an int >= 0" in result.stderr
     assert "received eval_every=-1" in result.stderr
     assert ("Recipe digits on cpu" in result.stderr) == shown
@@ -268,23 +305,15 @@ def test_two_processes_writing_one_file_do_not_collide(tmp_path):
         "go", "ready0", "ready1", "recipe.json"]
 
 
-@pytest.mark.parametrize("flag, message", [
-    ("--optimizer=rmsprop", "`optimizer` must be one of"),
-    ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of <auto|tpu|gpu|multi_worker|cpu>"),
-    ("--recipe=imagenet", "flag --recipe=imagenet: value should be one of"),
-    ("--batch_size=0", "received batch_size=0"),
-    ("--learning_rate=nan", "`learning_rate` must be in (0, inf); received learning_rate=nan"),
-    ("--eval_crop_fraction=0", "`eval_crop_fraction` must be in (0, 1]; received eval_crop_fraction=0.0"),
-])
-def test_bad_flags_are_rejected_with_a_message(tmp_path, flag, message):
-    (tmp_path / "notes.txt").write_text("kept")
-    result = run(["trainers.train", f"--model_dir={tmp_path}", flag])
+@pytest.mark.parametrize("flag, message", BAD_FLAGS)
+def test_bad_flags_are_rejected_with_a_message(refused_runs, flag, message):
+    result, model_dir = refused_runs[flag]
     assert result.returncode != 0 and message in result.stderr
-    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]  # nothing written
+    assert [p.name for p in model_dir.iterdir()] == ["notes.txt"]  # nothing written
 
 
-def test_model_dir_is_required():
-    result = run(["trainers.train"])
+def test_model_dir_is_required(refused_runs):
+    result, _ = refused_runs["no model_dir"]
     assert result.returncode != 0 and "--model_dir is required" in result.stderr
 
 
