@@ -25,6 +25,7 @@ Prints the tables and the targets of issue 6, and writes everything as JSON.
 """
 
 import argparse
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -76,6 +77,9 @@ class Suite:
     seconds: float
     numpy_matmul: bool  # time numpy's BLAS too (CPU suites)
     num_layers: int = None  # overrides the variants' depth (--tiny)
+    # Fresh-process probes run at once: 1 for figures (a probe must have the machine to itself); more
+    # only where the figures mean nothing (--tiny, which checks the machinery).
+    concurrent_probes: int = 1
 
 
 _CPU_IMPLEMENTATIONS = (
@@ -110,7 +114,7 @@ def shrink(suite):
     return dataclasses.replace(
         suite, threads=min(suite.threads, 2), image_size=32, num_layers=1, matmul_shape=(64, 64, 64),
         inference=(("Ti/16", 1),), training=(("Ti/16", 2),), memory_probe=("Ti/16", 1), compile_probe=("Ti/16", 2),
-        rounds=2, seconds=0.05)
+        rounds=2, seconds=0.05, concurrent_probes=2)
 
 
 class WorkerProcess:
@@ -254,12 +258,19 @@ def probe(python, impl, threads, **task):
 
 
 def run_probes(suite, pythons):
+    jobs = [(task, variant, batch, im)
+            for task, (variant, batch) in (("inference", suite.memory_probe), ("training", suite.compile_probe))
+            for im in suite.implementations if im.probed]
+
+    def measure(job):
+        task, variant, batch, im = job
+        return probe(pythons[im.impl], im.impl, suite.threads, task=task, variant=variant, batch=batch,
+                     image_size=suite.image_size, precision=suite.precision, num_layers=suite.num_layers,
+                     **im.options())
+
     results = []
-    for task, (variant, batch) in (("inference", suite.memory_probe), ("training", suite.compile_probe)):
-        for im in (im for im in suite.implementations if im.probed):
-            measured = probe(pythons[im.impl], im.impl, suite.threads, task=task, variant=variant, batch=batch,
-                             image_size=suite.image_size, precision=suite.precision,
-                             num_layers=suite.num_layers, **im.options())
+    with concurrent.futures.ThreadPoolExecutor(suite.concurrent_probes) as pool:  # each probe is its own process
+        for (task, variant, batch, im), measured in zip(jobs, pool.map(measure, jobs)):
             results.append({"task": task, "variant": variant, "batch": batch, "implementation": im.label,
                             **measured})
             print(f"probe {task} {variant} batch {batch} {im.label}: first call {measured['first_call_s']:.1f} s "

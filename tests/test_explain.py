@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import keras_vit
 from tests.layer_checks import randomize_weights
+from tests.processes import run_together
 
 ROOT = pathlib.Path(__file__).parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
@@ -20,6 +21,12 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def explain(*args):
     return subprocess.run([sys.executable, "-m", "keras_vit.explain", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env=ENV)
+
+
+def explain_together(*commands):
+    """`explain(*args)` for each argument list, the processes started together."""
+    return run_together([[sys.executable, "-m", "keras_vit.explain", *args] for args in commands], timeout=300,
+                        cwd=ROOT, env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +63,16 @@ def test_every_figure_is_written(tmp_path, image, fields, figures):
 
 
 def test_bad_input_is_named(tmp_path, image):
-    missing = explain("--model=whatever.keras", f"--image={tmp_path / 'none.png'}")
-    assert missing.returncode != 0 and "--image=" in missing.stderr and "no such file" in missing.stderr
     (tmp_path / "text.png").write_text("not an image")
     model = keras_vit.ViT(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
                           classes=3)
     model.save(tmp_path / "m.keras")
-    bad = explain(f"--model={tmp_path / 'm.keras'}", f"--image={tmp_path / 'text.png'}")
-    assert bad.returncode != 0 and "is not a JPEG, PNG, GIF or BMP image" in bad.stderr
     (tmp_path / "two.txt").write_text("a\nb\n")
-    labels = explain(f"--model={tmp_path / 'm.keras'}", f"--image={image}", f"--labels={tmp_path / 'two.txt'}",
-                     f"--output={tmp_path / 'out'}")
+    missing, bad, labels = explain_together(
+        ["--model=whatever.keras", f"--image={tmp_path / 'none.png'}"],
+        [f"--model={tmp_path / 'm.keras'}", f"--image={tmp_path / 'text.png'}"],
+        [f"--model={tmp_path / 'm.keras'}", f"--image={image}", f"--labels={tmp_path / 'two.txt'}",
+         f"--output={tmp_path / 'out'}"])
+    assert missing.returncode != 0 and "--image=" in missing.stderr and "no such file" in missing.stderr
+    assert bad.returncode != 0 and "is not a JPEG, PNG, GIF or BMP image" in bad.stderr
     assert labels.returncode != 0 and "has 2 names; the model has 3 classes" in labels.stderr

@@ -15,6 +15,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.processes import run_together
+
 ROOT = pathlib.Path(__file__).parents[2]
 TINY_FLAGS = ["--hidden_size=32", "--mlp_dim=64", "--num_heads=2", "--num_layers=1", "--batch_size=16",
               "--steps_per_execution=5", "--warmup_steps=5"]
@@ -58,14 +60,8 @@ def refused_runs(tmp_path_factory):
         (model_dir / "notes.txt").write_text("kept")
         commands[flag] = (["trainers.train", f"--model_dir={model_dir}", flag], model_dir)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    started = {name: subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True) for name, (args, _) in commands.items()}
-    results = {}
-    for name, process in started.items():
-        stdout, stderr = process.communicate(timeout=600)
-        results[name] = (subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr),
-                         commands[name][1])
-    return results
+    results = run_together([[sys.executable, "-m", *args] for args, _ in commands.values()], cwd=ROOT, env=env)
+    return {name: (result, model_dir) for (name, (_, model_dir)), result in zip(commands.items(), results)}
 
 
 def trainer(model_dir, data_dir, *extra):
