@@ -66,6 +66,11 @@ def _load(results, name):
     return json.loads((results / name).read_text())
 
 
+def _provenance(name, data):
+    """"`benchmarks/results/NAME`: DATE, MACHINE", how every region names its source."""
+    return f"`{RESULTS / name}`: {data['machine']['date']}, {_machine(data['machine'])}"
+
+
 # --- benchmarks.run
 
 def _short(label):
@@ -78,7 +83,7 @@ def _suite_line(suite, name):
     backend = ours.get("backend", "tensorflow")
     backend_name = {"tensorflow": "TensorFlow", "jax": "JAX"}.get(backend, backend)
     limit = suite["matmul_limit_gflops"]
-    return (f"`{RESULTS / name}`: {suite['machine']['date']}, {_machine(suite['machine'])}; keras_vit on Keras "
+    return (f"{_provenance(name, suite)}; keras_vit on Keras "
             f"{ours['keras']} / {backend_name} {ours[backend]} against timm {versions['timm']['timm']} / torch "
             f"{versions['timm']['torch']}; {settings['image_size']} px, {settings['precision']}, "
             f"{settings['threads']} threads, {settings['rounds']} rounds of {settings['seconds']:g} s per "
@@ -191,7 +196,7 @@ def export_latency_region(results):
                      f"{r['latency_ms']['median'] / median[r['variant'], 'keras (XLA)']:.2f}x",
                      f"{median[r['variant'], 'saved_model'] / r['latency_ms']['median']:.2f}x"])
     gemm = data["results"][0]["gemm_gflops"]
-    return (f"`{RESULTS / 'export_latency_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
+    return (f"{_provenance('export_latency_cpu.json', data)}, "
             f"TensorFlow {data['tensorflow']}, every runtime on {data['threads']} threads; batch-1 latency, median (min-max) over the rounds, the median's "
             f"ratio to Keras' (XLA) median, and the SavedModel's median over this one (the speed-up issue 18 "
             f"asks of LiteRT: >= 2.5x fp32, >= 4x int8). numpy's GEMM in the same rounds: "
@@ -206,7 +211,7 @@ def tflite_int8_ops_region(results):
     rows = [[r["op"], r["calls_per_model"], f"{r['float32_ms']['median']:.3f}", f"{r['int8_ms']['median']:.3f}",
              f"{r['int8_ms']['median'] / r['float32_ms']['median']:.1f}x", "yes" if r["int8_delegated"] else "no",
              f"{r['int8_share_of_model']:.0%}"] for r in data["results"]]
-    return (f"`{RESULTS / 'tflite_int8_ops_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
+    return (f"{_provenance('tflite_int8_ops_cpu.json', data)}, "
             f"TensorFlow {data['tensorflow']}; each op alone at Ti/16's shapes, batch 1, one thread, median ms "
             f"over the rounds; its calls in one Ti/16 pass times its int8 time, as a share of the whole Ti/16 "
             f"int8 model timed in the same rounds ({_spread(data['model_int8_ms'], '{:.1f}')} ms). numpy's GEMM "
@@ -222,7 +227,7 @@ def serving_latency_region(results):
     rows = [[r["variant"], r["runtime"], _spread(r["p50_ms"], "{:.1f}"), _spread(r["p50_vs_keras"]),
              _spread(r["p99_ms"], "{:.1f}"), _spread(r["p99_vs_keras"])] for r in data["results"]]
     gemm = data["results"][0]["gemm_gflops"]
-    return (f"`{RESULTS / 'serving_latency_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}, "
+    return (f"{_provenance('serving_latency_cpu.json', data)}, "
             f"TensorFlow {data['tensorflow']}; {data['requests_per_round']} batch-1 requests per runtime in each "
             f"round. p50 and p99 are medians (min-max) over the rounds; the ratio to Keras' export is taken "
             f"within each round. numpy's GEMM in the same rounds: {_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
@@ -255,7 +260,7 @@ def main_job_seeds_region(results):
     data = _load(results, "main_job_seeds.json")
     rows = [[r["seed"], f"{r['test_top1']:.2%}", f"{r['test_top5']:.2%}", r["step"], f"{r['seconds']:.0f}"]
             for r in data["runs"]]
-    return (f"`{RESULTS / 'main_job_seeds.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+    return (f"{_provenance('main_job_seeds.json', data)}; "
             f"{_seeds(data)}.\n\n" + _table(["seed", "test top-1", "test top-5", "steps", "s"], rows))
 
 
@@ -283,7 +288,7 @@ def remat_memory_region(results):
              f"{r['step_ratio']:.2f}x"] for i, r in enumerate(data["rounds"])]
     summary = data["summary"]
     verdict = "met" if summary["met"] else "not met"
-    return (f"`{RESULTS / 'remat_memory_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+    return (f"{_provenance('remat_memory_cpu.json', data)}; "
             f"{data['variant']} training, batch {data['batch']}, AdamW, XLA {'on' if data['jit_compile'] else 'off'}, "
             f"{data['steps']} timed steps per process after the compiling one. remat / plain: peak memory "
             f"{_spread(summary['memory_ratio'])}x, step time {_spread(summary['step_ratio'])}x (median, min-max over "
@@ -316,7 +321,7 @@ def input_pipeline_region(results):
     per_core = summary["keras_vit"]["images_per_cpu_s"]["median"]
     cores = [rate / per_core for rate in consumed]
     verdict = "met" if summary["met"] else "not met"
-    return (f"`{RESULTS / 'input_pipeline_cpu.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+    return (f"{_provenance('input_pipeline_cpu.json', data)}; "
             f"{data['dataset']['images']} JPEGs of {data['dataset']['size']}, batch {data['batch']}, "
             f"{data['timed_images']} timed images per side and round, {data['rounds'] if isinstance(data['rounds'], int) else len(data['rounds'])} "
             f"rounds, median (min-max). Images per CPU-second counts every process of a side (timm's "
@@ -337,7 +342,7 @@ def digits_pretraining_region(results):
     rows = [[name, f"{arm['mean']:.2%}", f"{arm['min']:.2%}-{arm['max']:.2%}",
              ", ".join(f"{r['test_top1']:.2%}" for r in arm["runs"])] for name, arm in data["results"].items()]
     seconds = [r["seconds"] for arm in data["results"].values() for r in arm["runs"]]
-    return (f"`{RESULTS / 'digits_pretraining.json'}`: {data['machine']['date']}, {_machine(data['machine'])}; "
+    return (f"{_provenance('digits_pretraining.json', data)}; "
             f"{data['steps']} steps per arm (MPP: half pre-training, half fine-tuning), seeds "
             f"{', '.join(map(str, data['seeds']))}, each run {min(seconds):.0f}-{max(seconds):.0f} s. The "
             f"teacher CNN's test top-1: {data['teacher_top1']:.2%}. Test top-1 on the 360 test digits:\n\n"

@@ -86,23 +86,21 @@ def rotate(image, degrees, replace):
     return _move_pixels(image, _matrix(cos, -sin, x_offset, sin, cos, y_offset, 0, 0), replace)
 
 
-def _look_up(table, image):
+def _through_table(op, image, *args):
+    """`image` mapped by `op`, an elementwise op on bytes, through its table: `op` run on the 256 byte values."""
+    table = op(tf.cast(tf.range(256), tf.uint8), *args)
     return tf.gather(table, tf.cast(image, tf.int32))
 
 
-def _every_value():
-    return tf.range(256, dtype=tf.int32)
-
-
-# Solarize and SolarizeAdd map each byte on its own: Model Garden's op, run on
-# the 256 possible values, is their lookup table (about half their time).
+# Solarize and SolarizeAdd map each byte on its own, so Model Garden's op run on
+# the 256 possible values is their lookup table (about half their time).
 
 def solarize(image, threshold=128):
-    return _look_up(augment.solarize(tf.cast(_every_value(), tf.uint8), threshold), image)
+    return _through_table(augment.solarize, image, threshold)
 
 
 def solarize_add(image, addition=0, threshold=128):
-    return _look_up(augment.solarize_add(tf.cast(_every_value(), tf.uint8), addition, threshold), image)
+    return _through_table(augment.solarize_add, image, addition, threshold)
 
 
 FAST_OPS = {"Rotate": rotate, "ShearX": shear_x, "ShearY": shear_y, "TranslateX": translate_x,

@@ -123,9 +123,7 @@ def _load_folder(root, split, skip_bad_images):
         bad_paths = tf.constant(sorted(bad))
         ds = ds.filter(lambda ex: tf.logical_not(tf.reduce_any(tf.equal(ex["image/filename"], bad_paths))))
     encoded = ds.map(lambda ex: (ex["image"], ex["label"]))
-    decoded = encoded.map(lambda data, label: (_decode(data, 3), label), num_parallel_calls=AUTOTUNE,
-                          deterministic=True)
-    return Source(decoded, num_examples - len(bad), num_classes, 3, skipped=len(bad), encoded=encoded)
+    return Source(_decoded(encoded, 3), num_examples - len(bad), num_classes, 3, skipped=len(bad), encoded=encoded)
 
 
 def _load_tfrecord(name, pattern, split, num_classes):
@@ -136,9 +134,7 @@ def _load_tfrecord(name, pattern, split, num_classes):
         raise ValueError(f"No TFRecord files match {pattern.replace('{split}', split)!r} (dataset={name!r})")
     count = sum(_scan_tfrecord_labels(path, num_classes) for path in files)
     encoded = tf.data.TFRecordDataset(files).map(_parse_example, num_parallel_calls=AUTOTUNE, deterministic=True)
-    decoded = encoded.map(lambda data, label: (_decode(data, 3), label), num_parallel_calls=AUTOTUNE,
-                          deterministic=True)
-    return Source(decoded, count, num_classes, 3, encoded=encoded)
+    return Source(_decoded(encoded, 3), count, num_classes, 3, encoded=encoded)
 
 
 def _scan_tfrecord_labels(path, num_classes):
@@ -181,6 +177,12 @@ def _parse_example(record):
 
 def _decode(data, channels):
     return tf.io.decode_image(data, channels=channels, expand_animations=False)
+
+
+def _decoded(encoded, channels):
+    """(encoded image, label) examples -> (uint8 image, label), in order."""
+    return encoded.map(lambda data, label: (_decode(data, channels), label), num_parallel_calls=AUTOTUNE,
+                       deterministic=True)
 
 
 def _inception_window(shape, seed):
