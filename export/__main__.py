@@ -36,6 +36,8 @@ _INSPECT = flags.DEFINE_string("inspect", None, "Print the metadata and signatur
 _MAX_PIXELS = flags.DEFINE_integer("max_image_pixels", preprocessing.DEFAULT_MAX_IMAGE_PIXELS,
                                    "SavedModel: largest width x height a request image may declare in its header; "
                                    "larger ones are refused before decoding.", lower_bound=1)
+_JIT_COMPILE = flags.DEFINE_bool("jit_compile", False, "SavedModel: run the model under XLA, faster on a CPU; TF "
+                                  "Serving then needs --xla_cpu_compilation_enabled=true (docs/serving.md).")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "SavedModel: replace an existing --version (once the new one "
                                                    "is proven).")
 
@@ -71,6 +73,8 @@ def main(argv):
         raise app.UsageError("--model and --output are required (or --inspect=DIR)")
     if _FORMAT.value == "tflite" and not _IMAGES.value:
         raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
+    if _FORMAT.value == "tflite" and _JIT_COMPILE.value:
+        raise app.UsageError("--jit_compile applies to --format=saved_model; a TFLite model has no XLA")
     labels = read_labels(_LABELS.value) if _LABELS.value else None
     try:
         sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value else {}
@@ -85,7 +89,8 @@ def main(argv):
 def _saved_model(model, labels):
     path = saved_model.export_saved_model(
         model, _OUTPUT.value, _NAME.value, _VERSION.value, labels, _CROP.value, _TOP_K.value,
-        metadata={"source": _MODEL.value}, max_image_pixels=_MAX_PIXELS.value, overwrite=_OVERWRITE.value)
+        metadata={"source": _MODEL.value}, max_image_pixels=_MAX_PIXELS.value, overwrite=_OVERWRITE.value,
+        jit_compile=_JIT_COMPILE.value)
     print(f"SavedModel written to {path} (served through TensorFlow's C API and checked against Keras)")
     print(saved_model.inspect(path))
 

@@ -61,6 +61,8 @@ def _library():
         "TF_NumDims": (i, [p]), "TF_Dim": (ctypes.c_int64, [p, i]), "TF_TensorByteSize": (size, [p]),
         "TF_StringInit": (None, [p]), "TF_StringCopy": (None, [p, ctypes.c_char_p, size]),
         "TF_StringGetDataPointer": (p, [p]), "TF_StringGetSize": (size, [p]),
+        # C++ `tensorflow::DisableXlaCompilation()`, which TF Serving calls at start (below).
+        "_ZN10tensorflow21DisableXlaCompilationEv": (None, []),
     }
     api = {}
     for name, (result, arguments) in signatures.items():
@@ -78,6 +80,18 @@ def _api():
     if _API is None:
         _API = _library()
     return _API
+
+
+def disable_xla_compilation():
+    """Turns XLA compilation off in this process for good, as TF Serving does at start.
+
+    `tensorflow_model_server` calls `tensorflow::DisableXlaCompilation()` unless
+    it is started with `--xla_cpu_compilation_enabled=true`; a request that
+    reaches an XLA cluster (`jit_compile=True`) then fails instead of compiling.
+    """
+    import tensorflow  # noqa: F401  (importing it after this call crashes: its start-up sets XLA's flags)
+
+    _api()["_ZN10tensorflow21DisableXlaCompilationEv"]()
 
 
 def _check(status):

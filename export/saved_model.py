@@ -51,8 +51,9 @@ def is_classifier(model):
 class ServingFunctions:
     """The Keras model with its preprocessing and outputs, as tf.functions keyed by signature name."""
 
-    def __init__(self, model, preprocessing, labels_table=None, top_k=5):
+    def __init__(self, model, preprocessing, labels_table=None, top_k=5, jit_compile=False):
         self.model = model
+        self.jit_compile = jit_compile
         self.preprocessing = preprocessing
         self.labels = labels_table
         self.top_k = top_k
@@ -62,7 +63,7 @@ class ServingFunctions:
         return prep.images_to_inputs(images, self.preprocessing)
 
     def _classify(self, inputs):
-        scores = _call(self.model, inputs)
+        scores = _call(self.model, inputs, self.jit_compile)
         probabilities = scores if outputs_probabilities(self.model) else tf.nn.softmax(scores)
         top = tf.math.top_k(probabilities, k=self.top_k)
         outputs = {"probabilities": probabilities, "top_k_classes": top.indices, "top_k_scores": top.values}
@@ -83,12 +84,14 @@ class ServingFunctions:
             "predict_pixels": _signature(lambda pixels: self._classify(prep.pixels_to_inputs(pixels, p)),
                                          "pixels", tf.uint8, [None, None, None, p.channels]),
             "predict_float": _signature(self._classify, "inputs", tf.float32, [None, *fixed, p.channels]),
-            "embeddings": _signature(lambda images: {"embeddings": _call(feature_model, self._images(images))},
+            "embeddings": _signature(lambda images: {"embeddings": _call(feature_model, self._images(images),
+                                                                               self.jit_compile)},
                                      "images", tf.string, [None]),
         }
 
     def _features(self):
-        return {"features": _signature(lambda images: {"features": _call(self.model, self._images(images))},
+        return {"features": _signature(lambda images: {"features": _call(self.model, self._images(images),
+                                                                         self.jit_compile)},
                                        "images", tf.string, [None])}
 
 
@@ -126,10 +129,20 @@ def _expect(value, shape, name):
     return value
 
 
-def _call(model, inputs):
-    """float32 `model(inputs)`; an empty batch gives an empty answer (TF's Conv2D returns its input for one)."""
+def _call(model, inputs, jit_compile=False):
+    """float32 `model(inputs)`; an empty batch gives an empty answer (TF's Conv2D returns its input for one).
+
+    With `jit_compile` the model runs as one XLA cluster, compiled once per
+    input shape; the preprocessing around it stays in the graph (XLA has no
+    string or decode ops).
+    """
+    def forward(x):
+        return model(x, training=False)
+
+    if jit_compile:
+        forward = tf.function(forward, jit_compile=True)
     return tf.cond(tf.shape(inputs)[0] > 0,
-                   lambda: tf.cast(model(inputs, training=False), tf.float32),
+                   lambda: tf.cast(forward(inputs), tf.float32),
                    lambda: tf.zeros([0, *model.output_shape[1:]], tf.float32))
 
 
@@ -212,7 +225,7 @@ def _check_output(model_base, version, overwrite):
 
 def export_saved_model(model, base_dir, name="vit", version=None, labels=None, crop_fraction=1.0,
                        top_k=None, warmup_images=None, metadata=None, max_image_pixels=prep.DEFAULT_MAX_IMAGE_PIXELS,
-                       overwrite=False):
+                       overwrite=False, jit_compile=False):
     """Writes `model` to `base_dir/name/version/` for TF Serving; returns the path.
 
     The version directory appears only when complete and proven: written under
@@ -233,6 +246,9 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
         metadata: extra fields stored in the metadata file.
         max_image_pixels: largest width x height a request image may declare.
         overwrite: replace an existing `version` (swapped in only once the new one is proven).
+        jit_compile: run the model under XLA in every signature: faster on a CPU, but TF Serving
+            refuses it unless started with `--xla_cpu_compilation_enabled=true` (its default disables
+            XLA), and each new batch size compiles on its first request.
     """
     model_base = pathlib.Path(base_dir) / name
     version = next_version(model_base) if version is None else version
@@ -243,15 +259,19 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
-        functions = _save(model, staging, preprocessing, labels, top_k)
+        functions = _save(model, staging, preprocessing, labels, top_k, jit_compile)
         requests = warmup_requests(functions.functions, preprocessing, warmup_images)
+        if jit_compile:  # XLA compiles once per batch size: warm single-image requests too
+            requests += [(signature, {key: value[:1] for key, value in inputs.items()})
+                         for signature, inputs in requests]
         extra = staging / "assets.extra"
         extra.mkdir()
         write_warmup(extra / WARMUP, name, requests)
         info = {"preprocessing": dataclasses.asdict(preprocessing),
                 "signatures": {name: fn.expected_shape for name, fn in functions.functions.items()},
                 "classes": model.output_shape[-1] if is_classifier(model) else None,
-                "top_k": top_k if is_classifier(model) else None, "labels": labels is not None, **(metadata or {})}
+                "top_k": top_k if is_classifier(model) else None, "labels": labels is not None,
+                "jit_compile": jit_compile, **(metadata or {})}
         (extra / METADATA).write_text(json.dumps(info, indent=2))
         serving_check.check(staging, functions.functions, requests)
         _publish(staging, final)
@@ -260,7 +280,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     return final
 
 
-def _save(model, path, preprocessing, labels, top_k):
+def _save(model, path, preprocessing, labels, top_k, jit_compile):
     """tf.saved_model.save of the signatures, with the variables and the labels table they use."""
     root = tf.Module()
     root.model_variables = [variable.value for variable in model.variables]  # the tf.Variables the graphs read
@@ -273,7 +293,7 @@ def _save(model, path, preprocessing, labels, top_k):
             tf.lookup.TextFileInitializer(root.labels_asset, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
                                           tf.string, tf.lookup.TextFileIndex.WHOLE_LINE),
             default_value="")
-    functions = ServingFunctions(model, preprocessing, table, top_k)
+    functions = ServingFunctions(model, preprocessing, table, top_k, jit_compile)
     signatures = {name: fn.get_concrete_function() for name, fn in functions.functions.items()}
     tf.saved_model.save(root, str(path), signatures=signatures)
     if labels is not None:

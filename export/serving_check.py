@@ -10,6 +10,7 @@ that has already built the model in Python may hold the very state (variables
 by name, registered functions) that a server starting cold would lack.
 """
 
+import json
 import os
 import pathlib
 import subprocess
@@ -36,9 +37,17 @@ def read_warmup(path):
 
 
 def replay(export_dir, output_file):
-    """Loads `export_dir` through the C API and saves the answer to each warm-up request."""
-    from export import capi
+    """Loads `export_dir` through the C API and saves the answer to each warm-up request.
 
+    XLA is off, as in TF Serving's default, unless the export was written for
+    XLA (`jit_compile`), which TF Serving runs only with `--xla_cpu_compilation_enabled=true`.
+    """
+    from export import capi
+    from export.saved_model import METADATA
+
+    metadata = json.loads((pathlib.Path(export_dir) / "assets.extra" / METADATA).read_text())
+    if not metadata.get("jit_compile"):
+        capi.disable_xla_compilation()
     session = capi.SavedModelSession(export_dir)
     answers = {}
     for k, (signature, inputs) in enumerate(read_warmup(pathlib.Path(export_dir) / "assets.extra" /

@@ -15,6 +15,7 @@ from PIL import Image
 import keras_vit
 from export import capi, loading, saved_model, serving_check
 from tests.layer_checks import randomize_weights
+from tests.processes import run_together
 
 ROOT = pathlib.Path(__file__).parents[2]
 LABELS = ["cat", "dog", "bird"]
@@ -284,7 +285,7 @@ def test_an_unwritable_output_is_refused(model, tmp_path):
 
 def test_an_export_the_cpp_loader_cannot_serve_is_never_published(model, tmp_path, monkeypatch):
     """The exporter's own check catches the bug of saving the Keras model itself (two handles per weight)."""
-    def save_the_keras_model(model, path, preprocessing, labels, top_k):
+    def save_the_keras_model(model, path, preprocessing, labels, top_k, jit_compile):
         functions = saved_model.ServingFunctions(model, preprocessing, None, top_k)
         root = tf.Module()
         root.model = model
@@ -338,9 +339,11 @@ def test_command_line_export_inspect_and_refusals(model, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "signature serving_default" in result.stdout and (tmp_path / "serving" / "vit" / "1").is_dir()
     # The exporter's refusals reach the command line as usage errors (each is tested in-process above).
-    refused = subprocess.run([*base, "--top_k=7"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
-    assert refused.returncode != 0, refused.stderr[-1000:]
-    assert "top_k must be an integer from 1 to the 3 classes; received 7" in refused.stderr
+    top_k, tflite = run_together([[*base, "--top_k=7"], [*base, "--format=tflite", "--images=*.png", "--jit_compile"]],
+                                 timeout=300, cwd=ROOT, env=ENV)
+    assert top_k.returncode != 0, top_k.stderr[-1000:]
+    assert "top_k must be an integer from 1 to the 3 classes; received 7" in top_k.stderr
+    assert tflite.returncode != 0 and "--jit_compile applies to --format=saved_model" in tflite.stderr
     assert sorted(p.name for p in (tmp_path / "serving" / "vit").iterdir()) == ["1"]
 
 
@@ -353,3 +356,40 @@ def test_saved_model_cli_runs_the_export(exported, tmp_path):
                             capture_output=True, text=True, timeout=300, env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Result for output key probabilities" in result.stdout
+
+
+SERVE_WITH_XLA_OFF = """
+import sys
+import numpy as np
+from export import capi
+capi.disable_xla_compilation()  # what tensorflow_model_server does without --xla_cpu_compilation_enabled
+session = capi.SavedModelSession(sys.argv[1])
+try:
+    print(session.run("predict_float", inputs=np.zeros((1, 16, 16, 3), np.float32))["top_k_classes"].tolist())
+except capi.TFError as error:
+    print("refused:", error)
+"""
+
+
+def test_a_jit_compile_export_runs_under_xla_where_tf_serving_enables_it(model, exported, served, tmp_path):
+    xla = saved_model.export_saved_model(model, tmp_path, name="vit", labels=LABELS, top_k=2, jit_compile=True)
+    assert json.loads((xla / "assets.extra" / saved_model.METADATA).read_text())["jit_compile"] is True
+    # XLA compiles once per batch size: the warm-up covers every signature at batch 2 and at batch 1.
+    warmup = serving_check.read_warmup(xla / "assets.extra" / saved_model.WARMUP)
+    assert [(signature, len(next(iter(inputs.values())))) for signature, inputs in warmup][::4] == [
+        ("serving_default", 2), ("serving_default", 1)]
+    session = capi.SavedModelSession(xla)
+    images = strings(*encoded_images())
+    for name, inputs in (("serving_default", {"images": images}),
+                         ("predict_float", {"inputs": np.random.default_rng(3).uniform(-1, 1, (3, 16, 16, 3))
+                                            .astype(np.float32)})):
+        got, want = session.run(name, **inputs), served.run(name, **inputs)
+        np.testing.assert_allclose(got["probabilities"], want["probabilities"], atol=1e-5)
+        assert got["top_k_labels"].tolist() == want["top_k_labels"].tolist()
+    session.close()
+    # TF Serving's default disables XLA: there the jit export is refused, and the plain one is served.
+    off, plain = run_together([[sys.executable, "-c", SERVE_WITH_XLA_OFF, str(path)] for path in (xla, exported)],
+                              timeout=300, cwd=ROOT, env=ENV)
+    assert off.returncode == 0 and plain.returncode == 0, off.stderr[-2000:] + plain.stderr[-2000:]
+    assert "refused: INTERNAL: XLA compilation disabled" in off.stdout
+    assert plain.stdout.strip().startswith("[[")
