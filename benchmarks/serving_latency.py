@@ -11,6 +11,8 @@ machine's drift shows. Rows:
 - keras_vit `predict_float`: the model's own float input, as Keras' export takes.
 - Keras `model.export()` `serve`: float input, logits out (a client must decode
   and resize the image itself).
+- the same two keras_vit signatures of an export written with `jit_compile=True`
+  (the model under XLA; TF Serving runs it with `--xla_cpu_compilation_enabled=true`).
 
 Prints p50 and p99 per runtime (median over rounds, with min-max) and the ratio
 to Keras' export in the same round, and writes JSON.
@@ -51,6 +53,7 @@ def photo_jpeg():
 def requests(model, folder):
     """name -> a batch-1 request through the C API."""
     ours = capi.SavedModelSession(saved_model.export_saved_model(model, folder, name="ours"))
+    xla = capi.SavedModelSession(saved_model.export_saved_model(model, folder, name="ours_xla", jit_compile=True))
     model.export(os.path.join(folder, "keras"), format="tf_saved_model", verbose=False)
     keras_session = capi.SavedModelSession(os.path.join(folder, "keras"))
     (keras_input,) = keras_session.signatures["serve"].inputs
@@ -59,6 +62,8 @@ def requests(model, folder):
     return {
         "keras_vit serving_default (JPEG in)": lambda: ours.run("serving_default", images=jpeg),
         "keras_vit predict_float (float in)": lambda: ours.run("predict_float", inputs=image),
+        "keras_vit --jit_compile serving_default (JPEG in)": lambda: xla.run("serving_default", images=jpeg),
+        "keras_vit --jit_compile predict_float (float in)": lambda: xla.run("predict_float", inputs=image),
         KERAS: lambda: keras_session.run("serve", **{keras_input: image}),
     }
 

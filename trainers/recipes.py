@@ -343,7 +343,7 @@ def validate(recipe):
             raise ValueError(f"`{name}` must be one of {choices}; received {name}={value!r}")
     for name, bounds in RANGES.items():
         _check_range(name, getattr(recipe, name), *bounds)
-    if recipe.randaugment_layers and recipe.randaugment_magnitude_std:
+    if recipe.randaugment_magnitude_std:  # refused without RandAugment too, where it would do nothing
         raise ValueError(
             "randaugment_magnitude_std > 0 is not supported: Model Garden 2.20's RandAugment then compares "
             "int32 levels with uint8 pixels in Posterize and Solarize (TypeError); "

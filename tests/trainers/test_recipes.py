@@ -47,6 +47,8 @@ def test_overrides_and_their_errors():
     # Model Garden 2.20 fails on uint8 images when the magnitude varies.
     with pytest.raises(ValueError, match="received randaugment_magnitude_std=0.5"):
         resolve_recipe("deit", {"randaugment_magnitude_std": 0.5})
+    with pytest.raises(ValueError, match="received randaugment_magnitude_std=0.5"):  # digits: no RandAugment
+        resolve_recipe("digits", {"randaugment_magnitude_std": 0.5})
 
 
 def test_recipes_are_frozen():
