@@ -74,12 +74,17 @@ def summarize(values):
 
 
 def machine():
-    model = next(
-        (line.split(":", 1)[1].strip() for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
-        platform.processor(),
-    ) if pathlib.Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"cpu": model, "cores": os.cpu_count(), "gpu": _gpu_name(), "python": platform.python_version(),
+    """What a figure was measured on: "AMD EPYC" names several generations, so the family, model and AVX-512 too."""
+    info = {}
+    if pathlib.Path("/proc/cpuinfo").exists():
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    cpu = {"cpu": info.get("model name", platform.processor())}
+    if "cpu family" in info:
+        cpu.update(cpu_family=int(info["cpu family"]), cpu_model=int(info["model"]),
+                   avx512="avx512f" in info.get("flags", "").split())
+    return {**cpu, "cores": os.cpu_count(), "gpu": _gpu_name(), "python": platform.python_version(),
             "date": datetime.date.today().isoformat()}
 
 

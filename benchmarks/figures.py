@@ -34,9 +34,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = pathlib.Path("benchmarks") / "results"
 
-# The earlier CPU runs of the same suite, oldest first, kept to show the run-to-run drift on this machine.
+# Every CPU run of the same suite, oldest first, kept to show the run-to-run drift and the machine's weight.
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
-              "suite_cpu.json")
+              "suite_cpu_2026-11-22.json", "suite_cpu.json")
+DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax.json")
 
 _REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
 _STRAY = re.compile(r"\b\d+\.\d+x\b|\b\d[\d,]*(?:\.\d+)? ?(?:ms|MB|GB|GFLOP/s|images/s|img/s)\b|\b\d+\.\d+%")
@@ -59,7 +60,11 @@ def _table(columns, rows):
 
 def _machine(machine):
     gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
-    return f"{machine['cpu']}, {machine['cores']} cores{gpu}"
+    generation = ""
+    if "cpu_family" in machine:  # recorded since 2026-11-25
+        isa = ", AVX-512" if machine["avx512"] else ""
+        generation = f" (family {machine['cpu_family']} model {machine['cpu_model']}{isa})"
+    return f"{machine['cpu']}{generation}, {machine['cores']} cores{gpu}"
 
 
 def _load(results, name):
@@ -137,7 +142,7 @@ def _targets_table(suite):
     met = {True: "yes", False: "NO", None: "-"}
     rows = [[c["target"], f"{c['goal']:g}", "-" if c["measured"] is None else f"{c['measured']:.2f}", met[c["met"]]]
             for c in suite["targets"]]
-    return _table(["target (issue 6)", "goal", "measured", "met"], rows)
+    return _table(["target (issue 18)", "goal", "measured", "met"], rows)
 
 
 def suite_region(name):
@@ -165,24 +170,35 @@ def _vs_timm(suite, task, variant, batch, label="keras_vit XLA"):
 _HEADLINE = (("inference", "B/16", 1), ("inference", "B/16", 8), ("training", "Ti/16", 16), ("training", "S/16", 16))
 
 
-def drift_region(results):
-    columns = ["run", "s per timing", "wall s"] + [f"{v} {t} batch {b}" for t, v, b in _HEADLINE]
-    rows = []
-    for name in DRIFT_RUNS:
-        suite = _load(results, name)
-        rows.append([f"`{name}`", f"{suite['settings']['seconds']:g}", f"{suite['wall_s']:.0f}"]
-                    + [_vs_timm(suite, *config) for config in _HEADLINE])
-    return ("keras_vit XLA / timm, median (min-max) of the per-round ratios, in every CPU run of the suite on "
-            "TensorFlow (same machine and versions, oldest first):\n\n" + _table(columns, rows))
+def drift_region(runs, backend):
+    def region(results):
+        columns = (["run", "date, machine", "matmul limit GFLOP/s", "s per timing", "wall s"]
+                   + [f"{v} {t} batch {b}" for t, v, b in _HEADLINE])
+        rows = []
+        for name in runs:
+            suite = _load(results, name)
+            rows.append([f"`{name}`", f"{suite['machine']['date']}, {_machine(suite['machine'])}",
+                         f"{suite['matmul_limit_gflops']['median']:.0f}", f"{suite['settings']['seconds']:g}",
+                         f"{suite['wall_s']:.0f}"] + [_vs_timm(suite, *config) for config in _HEADLINE])
+        return (f"keras_vit XLA / timm, median (min-max) of the per-round ratios, in every CPU run of the suite on "
+                f"{backend} (same versions, oldest first). Runs before 2026-11-25 did not record the CPU's family; "
+                "their matmul limit tells their machine apart:\n\n" + _table(columns, rows))
+    return region
 
 
 def summary_region(results):
-    suite = _load(results, "suite_cpu.json")
+    suite, earlier = _load(results, "suite_cpu.json"), _load(results, "suite_cpu_2026-11-22.json")
     labels = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm" and im["compiled"]]
-    rows = [[f"{v} {t}", b] + [_vs_timm(suite, t, v, b, label) for label in labels] for t, v, b in _HEADLINE]
+    rows = [[f"{v} {t}", b] + [_vs_timm(suite, t, v, b, label) for label in labels] + [_vs_timm(earlier, t, v, b)]
+            for t, v, b in _HEADLINE]
     return (f"Against timm in the same run ({suite['machine']['date']}, {_machine(suite['machine'])}, "
-            f"`{RESULTS / 'suite_cpu.json'}`), images/s ratio per round, median (min-max):\n\n"
-            + _table(["workload", "batch"] + [f"{_short(label)} / timm" for label in labels], rows))
+            f"`{RESULTS / 'suite_cpu.json'}`), images/s ratio per round, median (min-max). The last column is "
+            f"the same suite on the CPU of the earlier runs ({earlier['machine']['date']}, matmul limit "
+            f"{earlier['matmul_limit_gflops']['median']:.0f} GFLOP/s against "
+            f"{suite['matmul_limit_gflops']['median']:.0f}): a ratio to timm is mostly a ratio of the two "
+            "libraries' matmuls on the machine at hand.\n\n"
+            + _table(["workload", "batch"] + [f"{_short(label)} / timm" for label in labels]
+                     + [f"XLA / timm, {earlier['machine']['date']}"], rows))
 
 
 # --- benchmarks.export_latency
@@ -359,7 +375,8 @@ REGIONS = {
     "benchmark-summary": summary_region,
     "suite-cpu": suite_region("suite_cpu.json"),
     "suite-cpu-jax": suite_region("suite_cpu_jax.json"),
-    "suite-drift": drift_region,
+    "suite-drift": drift_region(DRIFT_RUNS, "TensorFlow"),
+    "suite-drift-jax": drift_region(DRIFT_RUNS_JAX, "Keras' JAX backend"),
     "export-latency": export_latency_region,
     "tflite-int8-ops": tflite_int8_ops_region,
     "serving-latency": serving_latency_region,
@@ -373,10 +390,11 @@ SOURCES = {
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
-    "benchmark-summary": ("suite_cpu.json",),
+    "benchmark-summary": ("suite_cpu.json", "suite_cpu_2026-11-22.json"),
     "suite-cpu": ("suite_cpu.json",),
     "suite-cpu-jax": ("suite_cpu_jax.json",),
     "suite-drift": DRIFT_RUNS,
+    "suite-drift-jax": DRIFT_RUNS_JAX,
     "export-latency": ("export_latency_cpu.json",),
     "tflite-int8-ops": ("tflite_int8_ops_cpu.json",),
     "serving-latency": ("serving_latency_cpu.json",),

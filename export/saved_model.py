@@ -14,7 +14,8 @@ The classification signatures return `probabilities` [N, classes],
 `top_k_classes` int32 [N, k], `top_k_scores` [N, k] and, when labels are
 given, `top_k_labels` string [N, k] from a labels file shipped as an asset.
 A headless model (`include_top=False`) has one signature, `features`:
-`images` (string [N]) -> `features` [N, D].
+`images` (string [N]) -> `features` [N, D]. With `jit_compile` every
+signature runs the model under XLA (TF Serving: `--xla_cpu_compilation_enabled`).
 
 TF Serving loads a version with the C++ `LoadSavedModel`, which restores the
 variables through the SavedModel's saver and runs the signatures' graphs.
@@ -59,11 +60,14 @@ class ServingFunctions:
         self.top_k = top_k
         self.functions = self._classifier() if is_classifier(model) else self._features()
 
+    def _run(self, model, inputs):
+        return _call(model, inputs, self.jit_compile)
+
     def _images(self, images):
         return prep.images_to_inputs(images, self.preprocessing)
 
     def _classify(self, inputs):
-        scores = _call(self.model, inputs, self.jit_compile)
+        scores = self._run(self.model, inputs)
         probabilities = scores if outputs_probabilities(self.model) else tf.nn.softmax(scores)
         top = tf.math.top_k(probabilities, k=self.top_k)
         outputs = {"probabilities": probabilities, "top_k_classes": top.indices, "top_k_scores": top.values}
@@ -84,14 +88,12 @@ class ServingFunctions:
             "predict_pixels": _signature(lambda pixels: self._classify(prep.pixels_to_inputs(pixels, p)),
                                          "pixels", tf.uint8, [None, None, None, p.channels]),
             "predict_float": _signature(self._classify, "inputs", tf.float32, [None, *fixed, p.channels]),
-            "embeddings": _signature(lambda images: {"embeddings": _call(feature_model, self._images(images),
-                                                                               self.jit_compile)},
+            "embeddings": _signature(lambda images: {"embeddings": self._run(feature_model, self._images(images))},
                                      "images", tf.string, [None]),
         }
 
     def _features(self):
-        return {"features": _signature(lambda images: {"features": _call(self.model, self._images(images),
-                                                                         self.jit_compile)},
+        return {"features": _signature(lambda images: {"features": self._run(self.model, self._images(images))},
                                        "images", tf.string, [None])}
 
 

@@ -47,6 +47,7 @@ def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suit
     probed = {im.label for im in run.SUITES[suite].implementations if im.probed}
     assert {(p["task"], p["implementation"]) for p in payload["probes"]} == {
         (task, label) for task in ("inference", "training") for label in probed}
+    assert len(payload["probes"]) == len(probed) * (1 + len(run.shrink(run.SUITES[suite]).compile_probes))
     assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > p["compile_s"] for p in payload["probes"])
     assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["backend"] == backend
     assert payload["versions"]["keras_vit"][backend] and "gpu" in payload["machine"]
@@ -60,19 +61,26 @@ def test_flops_follow_the_stated_formula():
 
 
 def test_targets_read_the_measurements():
+    """Issue 18's CPU targets, on TensorFlow (the test process's backend)."""
     summary = {"keras_vit XLA": {"vs_timm": {"median": 1.3}, "fraction_of_limit": {"median": 0.8}}}
-    results = [{"task": "inference", "variant": "B/16", "batch": 8, "summary": summary}]
-    probes = [{"task": "inference", "implementation": "keras_vit XLA", "first_call_s": 4.0, "peak_rss_mb": 1000},
-              {"task": "inference", "implementation": "keras_vit XLA scan", "first_call_s": 6.0, "peak_rss_mb": 1100},
-              {"task": "inference", "implementation": "timm", "first_call_s": 1.0, "peak_rss_mb": 800}]
+    training = {"keras_vit XLA": {"vs_timm": {"median": 0.85}}}
+    results = [{"task": "inference", "variant": "B/16", "batch": 8, "summary": summary},
+               {"task": "training", "variant": "S/16", "batch": 16, "summary": training}]
+    probes = [{"task": "training", "variant": "S/16", "implementation": "keras_vit XLA", "build_and_first_call_s": 9.5},
+              {"task": "training", "variant": "B/16", "implementation": "keras_vit XLA", "build_and_first_call_s": 16.0},
+              {"task": "training", "variant": "S/16", "implementation": "keras_vit XLA scan",
+               "build_and_first_call_s": 20.0}]
     checks = {c["target"]: c for c in run.targets(results, probes, "cpu")}
     assert checks["B/16 inference batch 8, x timm"]["met"] is True
     assert checks["B/16 inference batch 8, fraction of matmul limit"]["met"] is False
     assert checks["B/16 inference batch 1, x timm"]["met"] is None
-    assert checks["B/16 first XLA inference call, s"]["met"] is True
-    assert checks["B/16 inference peak RSS, x timm"]["measured"] == 1.25
-    assert checks["B/16 first XLA inference call (scan_layers), s"]["met"] is False
-    assert checks["B/16 inference peak RSS (scan_layers), x timm"]["measured"] == 1.375
+    assert checks["S/16 training batch 16, x timm"] == {"target": "S/16 training batch 16, x timm", "measured": 0.85,
+                                                        "goal": 0.90, "met": False}
+    assert checks["Ti/16 training batch 16, x timm"]["met"] is None
+    # The first step is the builders' default model's (unrolled), the scanned one's probe is not it.
+    assert checks["S/16 first training step (build, trace, compile), s"]["measured"] == 9.5
+    assert checks["S/16 first training step (build, trace, compile), s"]["met"] is True
+    assert checks["B/16 first training step (build, trace, compile), s"]["met"] is False
 
 
 def test_gpu_targets_are_images_per_second():
