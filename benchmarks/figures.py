@@ -34,9 +34,11 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = pathlib.Path("benchmarks") / "results"
 
+# The last run on the CPU of the earlier runs, beside the current one in the README's summary.
+EARLIER_CPU_RUN = "suite_cpu_2026-11-22.json"
 # Every CPU run of the same suite, oldest first, kept to show the run-to-run drift and the machine's weight.
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
-              "suite_cpu_2026-11-22.json", "suite_cpu.json")
+              EARLIER_CPU_RUN, "suite_cpu.json")
 DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax.json")
 
 _REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
@@ -187,7 +189,7 @@ def drift_region(runs, backend):
 
 
 def summary_region(results):
-    suite, earlier = _load(results, "suite_cpu.json"), _load(results, "suite_cpu_2026-11-22.json")
+    suite, earlier = _load(results, "suite_cpu.json"), _load(results, EARLIER_CPU_RUN)
     labels = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm" and im["compiled"]]
     rows = [[f"{v} {t}", b] + [_vs_timm(suite, t, v, b, label) for label in labels] + [_vs_timm(earlier, t, v, b)]
             for t, v, b in _HEADLINE]
@@ -390,7 +392,7 @@ SOURCES = {
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
-    "benchmark-summary": ("suite_cpu.json", "suite_cpu_2026-11-22.json"),
+    "benchmark-summary": ("suite_cpu.json", EARLIER_CPU_RUN),
     "suite-cpu": ("suite_cpu.json",),
     "suite-cpu-jax": ("suite_cpu_jax.json",),
     "suite-drift": DRIFT_RUNS,

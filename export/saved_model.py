@@ -55,13 +55,16 @@ class ServingFunctions:
     def __init__(self, model, preprocessing, labels_table=None, top_k=5, jit_compile=False):
         self.model = model
         self.jit_compile = jit_compile
+        self._forwards = {}  # one per Keras model: signatures of the same input shape share its XLA compilation
         self.preprocessing = preprocessing
         self.labels = labels_table
         self.top_k = top_k
         self.functions = self._classifier() if is_classifier(model) else self._features()
 
     def _run(self, model, inputs):
-        return _call(model, inputs, self.jit_compile)
+        if model.name not in self._forwards:
+            self._forwards[model.name] = _forward(model, self.jit_compile)
+        return _call(self._forwards[model.name], inputs, model.output_shape[1:])
 
     def _images(self, images):
         return prep.images_to_inputs(images, self.preprocessing)
@@ -131,21 +134,22 @@ def _expect(value, shape, name):
     return value
 
 
-def _call(model, inputs, jit_compile=False):
-    """float32 `model(inputs)`; an empty batch gives an empty answer (TF's Conv2D returns its input for one).
+def _forward(model, jit_compile):
+    """`model` in inference mode; with `jit_compile`, one XLA cluster compiled once per input shape.
 
-    With `jit_compile` the model runs as one XLA cluster, compiled once per
-    input shape; the preprocessing around it stays in the graph (XLA has no
-    string or decode ops).
+    The preprocessing around it stays in the graph (XLA has no string or decode ops).
     """
-    def forward(x):
-        return model(x, training=False)
+    def forward(inputs):
+        return model(inputs, training=False)
 
-    if jit_compile:
-        forward = tf.function(forward, jit_compile=True)
+    return tf.function(forward, jit_compile=True) if jit_compile else forward
+
+
+def _call(forward, inputs, output_shape):
+    """float32 `forward(inputs)`; an empty batch gives an empty answer (TF's Conv2D returns its input for one)."""
     return tf.cond(tf.shape(inputs)[0] > 0,
                    lambda: tf.cast(forward(inputs), tf.float32),
-                   lambda: tf.zeros([0, *model.output_shape[1:]], tf.float32))
+                   lambda: tf.zeros([0, *output_shape], tf.float32))
 
 
 def next_version(model_base):
@@ -275,7 +279,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
                 "top_k": top_k if is_classifier(model) else None, "labels": labels is not None,
                 "jit_compile": jit_compile, **(metadata or {})}
         (extra / METADATA).write_text(json.dumps(info, indent=2))
-        serving_check.check(staging, functions.functions, requests)
+        serving_check.check(staging, functions.functions, requests, xla=jit_compile)
         _publish(staging, final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

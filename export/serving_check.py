@@ -1,7 +1,7 @@
 """Proves an export the way TF Serving will use it, before it is published.
 
-`check(path, functions, requests)` starts a fresh process
-(`python -m export.serving_check DIR OUT.npz`) that loads the SavedModel
+`check(path, functions, requests, xla)` starts a fresh process
+(`python -m export.serving_check DIR OUT.npz [--xla]`) that loads the SavedModel
 through TensorFlow's C API (`export.capi`: TF Serving's `LoadSavedModel`) and
 replays every warm-up record of `assets.extra/`, as TF Serving does when it
 loads a version; the answers come back in a file and are compared with the
@@ -10,7 +10,6 @@ that has already built the model in Python may hold the very state (variables
 by name, registered functions) that a server starting cold would lack.
 """
 
-import json
 import os
 import pathlib
 import subprocess
@@ -36,17 +35,15 @@ def read_warmup(path):
     return requests
 
 
-def replay(export_dir, output_file):
+def replay(export_dir, output_file, xla=False):
     """Loads `export_dir` through the C API and saves the answer to each warm-up request.
 
-    XLA is off, as in TF Serving's default, unless the export was written for
-    XLA (`jit_compile`), which TF Serving runs only with `--xla_cpu_compilation_enabled=true`.
+    XLA is off, as in TF Serving's default, unless `xla` (an export written with
+    `jit_compile`, which TF Serving runs only with `--xla_cpu_compilation_enabled=true`).
     """
     from export import capi
-    from export.saved_model import METADATA
 
-    metadata = json.loads((pathlib.Path(export_dir) / "assets.extra" / METADATA).read_text())
-    if not metadata.get("jit_compile"):
+    if not xla:
         capi.disable_xla_compilation()
     session = capi.SavedModelSession(export_dir)
     answers = {}
@@ -62,7 +59,7 @@ def replay(export_dir, output_file):
     np.savez(output_file, **answers)
 
 
-def _served(export_dir):
+def _served(export_dir, xla):
     """Runs `replay` in a fresh process; returns its answers, or raises with what failed."""
     import tempfile
 
@@ -71,7 +68,8 @@ def _served(export_dir):
            "TF_CPP_MIN_LOG_LEVEL": "2"}
     with tempfile.TemporaryDirectory() as scratch:
         output = pathlib.Path(scratch) / "answers.npz"
-        result = subprocess.run([sys.executable, "-m", "export.serving_check", str(export_dir), str(output)],
+        result = subprocess.run([sys.executable, "-m", "export.serving_check", str(export_dir), str(output),
+                                 *(["--xla"] if xla else [])],
                                 capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
         if result.returncode != 0:
             tail = "\n".join(result.stderr.strip().splitlines()[-6:])
@@ -81,17 +79,18 @@ def _served(export_dir):
             return dict(answers)
 
 
-def check(export_dir, functions, requests):
+def check(export_dir, functions, requests, xla=False):
     """Raises unless the C++-loaded export answers every request as `functions` (Keras) does.
 
     Args:
         export_dir: the SavedModel directory (with its warm-up records).
         functions: {signature name: tf.function} computing the Keras model's answers.
         requests: the warm-up requests, (signature, {input: numpy}), in file order.
+        xla: serve with XLA on (an export written with `jit_compile`); off, as TF Serving's default.
     """
     import tensorflow as tf
 
-    served = _served(export_dir)
+    served = _served(export_dir, xla)
     for k, (signature, inputs) in enumerate(requests):
         (value,) = inputs.values()  # one input per signature
         expected = functions[signature](tf.constant(value))
@@ -111,4 +110,4 @@ def check(export_dir, functions, requests):
 
 
 if __name__ == "__main__":
-    replay(sys.argv[1], sys.argv[2])
+    replay(sys.argv[1], sys.argv[2], xla="--xla" in sys.argv[3:])
