@@ -38,6 +38,15 @@ class ViTModel(keras.Model):
             vit_config = ViTConfig.from_dict(vit_config)
         self.vit_config = vit_config
 
+    def make_train_function(self, force=False):
+        # Keras' TensorFlow trainer builds an unbuilt optimizer inside the first traced step when no
+        # tf.distribute strategy is set, and tf.function traces a step that creates variables twice:
+        # built here, the first step is traced once (S/16: 5 s less; BUILD.md).
+        if keras.backend.backend() == "tensorflow" and not self.optimizer.built:
+            with self.distribute_strategy.scope():
+                self.optimizer.build(self.trainable_variables)
+        return super().make_train_function(force)
+
     def get_config(self):
         config = super().get_config()
         if self.vit_config is not None:

@@ -215,6 +215,23 @@ def test_xla_training_on_rectangular_inputs_at_any_batch_size(batch):
     assert all(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_the_first_training_step_is_traced_once(jit_compile):
+    # Keras' TensorFlow trainer would build the optimizer inside the first trace, and tf.function then traces
+    # a second time; ViTModel builds it first.
+    model = tiny()
+    model.compile(optimizer=keras.optimizers.AdamW(1e-3), jit_compile=jit_compile,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy()])
+    traces, train_step = [], model.train_step
+    model.train_step = lambda data: (traces.append(1), train_step(data))[1]
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    for _ in range(2):
+        model.train_on_batch(IMAGES, np.arange(2))
+    assert len(traces) == 1
+    assert all(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("position_embedding", ["learned_1d", "learned_2d", "sincos_2d", "relative"])
 def test_dynamic_image_size_under_xla_fit(position_embedding):

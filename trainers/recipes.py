@@ -106,8 +106,9 @@ class Recipe:
     # --- running
     # Steps per tf.function call (fewer host round trips).
     steps_per_execution: int = 8
-    # Compile the step with XLA.
-    jit_compile: bool = True
+    # Compile the step with XLA: "auto" (on TPU and GPU, off on the CPU, as Keras' own "auto"; BUILD.md),
+    # "true" or "false".
+    jit_compile: str = "auto"
     # "auto" (bfloat16 on TPU/GPU, float32 on CPU), "bfloat16" or "float32".
     mixed_precision: str = "auto"
     # Steps between checkpoints (the most a crash can lose).
@@ -232,6 +233,7 @@ CHOICES = {
     "optimizer": ("adam", "adamw", "sgd"),
     "schedule": ("cosine", "linear", "constant"),
     "mixed_precision": ("auto", "bfloat16", "float32"),
+    "jit_compile": ("auto", "true", "false"),
     "task": ("classification", "mpp"),
     "distillation": ("none", "hard", "soft"),
     "teacher_outputs": ("auto", "logits", "probabilities"),

@@ -316,7 +316,7 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
     if policy == "auto":
         policy = "bfloat16" if kind in ("tpu", "gpu") else "float32"
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if policy == "bfloat16" else "float32")
-    steps_per_execution, jit_compile = _execution_settings(recipe, strategy)
+    steps_per_execution, jit_compile = _execution_settings(recipe, strategy, kind)
     # Seeded after the data is opened: preparing a TFDS dataset draws random numbers.
     keras.utils.set_random_seed(recipe.seed)
     with strategy.scope():
@@ -340,8 +340,8 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
     return model, optimizer
 
 
-def _execution_settings(recipe, strategy):
-    """The recipe's `(steps_per_execution, jit_compile)`, less what Keras 3 cannot run under `strategy`."""
+def _execution_settings(recipe, strategy, kind):
+    """The recipe's `(steps_per_execution, jit_compile)` on `kind`, less what Keras 3 cannot run under `strategy`."""
     steps_per_execution = recipe.steps_per_execution
     mirrored = isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.MirroredStrategy))
     if mirrored and steps_per_execution > 1:
@@ -349,7 +349,9 @@ def _execution_settings(recipe, strategy):
         # strategies: "You must feed a value for placeholder tensor" (BUILD.md).
         logging.warning("steps_per_execution=1 under %s (Keras 3.15)", type(strategy).__name__)
         steps_per_execution = 1
-    jit_compile = recipe.jit_compile
+    # On the CPU XLA's first training step takes about twice the TF graph's, for steps from 7% faster to 15%
+    # slower (two CPUs; BUILD.md): "auto" leaves it to TPUs and GPUs, as Keras' own "auto" does.
+    jit_compile = {"true": True, "false": False}.get(recipe.jit_compile, kind in ("tpu", "gpu"))
     if mirrored and jit_compile and strategy.num_replicas_in_sync > 1:
         # Keras 3 compiles the whole replicated step as one XLA cluster, which cannot
         # read variables kept on several devices ("Trying to access resource ... located

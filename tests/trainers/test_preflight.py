@@ -63,6 +63,8 @@ def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
     ("batch_size", 2.5, r"`batch_size` must be of type int; received batch_size=2.5"),
     ("flip", 1, r"`flip` must be of type bool"),
     ("schedule", "step", r"`schedule` must be one of"),
+    ("jit_compile", "yes", r"`jit_compile` must be one of \('auto', 'true', 'false'\); received jit_compile='yes'"),
+    ("jit_compile", True, r"`jit_compile` must be of type str; received jit_compile=True"),
     ("dataset", "csv:x", r"`dataset` must be one of .*received dataset='csv:x'"),
     ("dataset", "tfds:no_such_dataset", r"names no TFDS dataset: received dataset='tfds:no_such_dataset'"),
     ("pretrained", "/nowhere/w.npz", r"received pretrained='/nowhere/w.npz': no such file"),

@@ -1,6 +1,7 @@
 import pytest
 import tensorflow as tf
 
+from trainers import recipes, train
 from trainers.strategy import make_strategy
 
 
@@ -26,3 +27,11 @@ def test_missing_devices_fail_at_once_with_a_message(monkeypatch):
 def test_tpu_without_a_tpu_fails_at_once():
     with pytest.raises(RuntimeError, match="--strategy=tpu but no TPU could be reached"):
         make_strategy("tpu", tpu="no-such-tpu-here")
+
+
+@pytest.mark.parametrize("jit_compile, kind, expected", [
+    ("auto", "cpu", False), ("auto", "multi_worker", False), ("auto", "gpu", True), ("auto", "tpu", True),
+    ("true", "cpu", True), ("false", "tpu", False)])
+def test_jit_compile_auto_asks_for_xla_on_tpu_and_gpu(jit_compile, kind, expected):
+    recipe = recipes.RECIPES["digits"].replace(jit_compile=jit_compile)
+    assert train._execution_settings(recipe, tf.distribute.get_strategy(), kind) == (25, expected)

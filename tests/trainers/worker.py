@@ -33,7 +33,7 @@ def main(model_dir, data_dir, mode, out, batch_size=TINY["batch_size"]):
     else:
         strategy = tf.distribute.get_strategy()
     tf.config.experimental.enable_op_determinism()
-    recipe = train.resolve_recipe("digits", {**TINY, "jit_compile": False, "batch_size": int(batch_size)})
+    recipe = train.resolve_recipe("digits", {**TINY, "jit_compile": "false", "batch_size": int(batch_size)})
     model, metrics = train.train(recipe, model_dir, strategy, "cpu", data_dir)
     np.savez(out, replicas=strategy.num_replicas_in_sync, top1=metrics["eval_top1"],
              **{f"w{i}": w for i, w in enumerate(model.get_weights())})
