@@ -190,7 +190,7 @@ def drift_region(runs, backend):
 
 def summary_region(results):
     suite, earlier = _load(results, "suite_cpu.json"), _load(results, EARLIER_CPU_RUN)
-    labels = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm" and im["compiled"]]
+    labels = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm"]
     rows = [[f"{v} {t}", b] + [_vs_timm(suite, t, v, b, label) for label in labels] + [_vs_timm(earlier, t, v, b)]
             for t, v, b in _HEADLINE]
     return (f"Against timm in the same run ({suite['machine']['date']}, {_machine(suite['machine'])}, "

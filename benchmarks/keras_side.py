@@ -81,8 +81,11 @@ def inference(variant, batch, image_size, compiled=True, precision="float32", nu
 
 
 def training(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):
+    """AdamW as the recipes run it, with torch's default decay on every weight as timm's side has it."""
+    from trainers.optimization import Adam  # the worker runs in the checkout, beside keras_vit's core install
+
     model = _model(variant, image_size, precision, num_layers, scan_layers)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4), jit_compile=compiled,
+    model.compile(optimizer=Adam(1e-4, weight_decay=0.01), jit_compile=compiled,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     images = keras.random.uniform((batch, image_size, image_size, 3), -1, 1)
     labels = ops.convert_to_tensor(np.arange(batch) % 1000)

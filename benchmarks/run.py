@@ -85,9 +85,8 @@ class Suite:
 _CPU_IMPLEMENTATIONS = (
     Implementation("keras_vit XLA", "keras_vit", True),
     Implementation("keras_vit XLA scan", "keras_vit", True, scan_layers=True),
-    # Not probed: no target concerns it, and its 40-second first training step would cost the
-    # suite its 15 minutes.
-    Implementation("keras_vit graph", "keras_vit", False, probed=False),
+    # The recipes' and Keras' default on a CPU (jit_compile="auto").
+    Implementation("keras_vit graph", "keras_vit", False),
     Implementation("timm", "timm", False),
 )
 
@@ -246,6 +245,7 @@ def probe(python, impl, threads, **task):
     """First call and peak resident memory of one workload in a fresh process."""
     worker = WorkerProcess(python, impl, threads)
     try:
+        worker.ask("versions")  # answered once the worker has imported its framework, which is not timed
         start = time.perf_counter()
         first = worker.ask("prepare", name="probe", **task)["first_call_s"]
         build_and_first = time.perf_counter() - start
@@ -281,8 +281,11 @@ def run_probes(suite, pythons):
 
 def targets(results, probes, suite_name):
     """Issue 18's targets for the suite, each with what was measured (None where not run)."""
-    def throughput(task, variant, batch):
-        return next((r["summary"]["keras_vit XLA"] for r in results
+    # What a training run gets by default: XLA on JAX (no graph mode) and on GPUs, the TF graph on a CPU.
+    default = "keras_vit graph" if suite_name == "cpu" and not _ON_JAX else "keras_vit XLA"
+
+    def throughput(task, variant, batch, label="keras_vit XLA"):
+        return next((r["summary"][label] for r in results
                      if (r["task"], r["variant"], r["batch"]) == (task, variant, batch)), None)
 
     checks = []
@@ -305,12 +308,16 @@ def targets(results, probes, suite_name):
     check("B/16 inference batch 8, fraction of matmul limit", b8 and b8["fraction_of_limit"]["median"], 0.90, True)
     goal = 0.80 if _ON_JAX else 0.90
     for variant in ("Ti/16", "S/16"):
-        t = throughput("training", variant, 16)
-        check(f"{variant} training batch 16, x timm", t and t["vs_timm"]["median"], goal, True)
-    for variant, limit in (("S/16", 10.0), ("B/16", 15.0)):  # the builders' default: unrolled, XLA
+        t = throughput("training", variant, 16, default)
+        check(f"{variant} training batch 16, {default}, x timm", t and t["vs_timm"]["median"], goal, True)
+        if default != "keras_vit XLA":  # issue 18: a shorter first step at steady steps at most 3% slower
+            xla = throughput("training", variant, 16)
+            check(f"{variant} training batch 16, {default}, x keras_vit XLA", t and xla and
+                  t["images_per_s"]["median"] / xla["images_per_s"]["median"], 0.97, True)
+    for variant, limit in (("S/16", 10.0), ("B/16", 15.0)):
         first = next((p for p in probes if (p["task"], p["variant"], p["implementation"])
-                      == ("training", variant, "keras_vit XLA")), None)
-        check(f"{variant} first training step (build, trace, compile), s",
+                      == ("training", variant, default)), None)
+        check(f"{variant} first training step (build, trace, compile), {default}, s",
               first and first["build_and_first_call_s"], limit, False)
     return checks
 
