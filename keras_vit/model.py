@@ -42,7 +42,7 @@ class ViTModel(keras.Model):
         # Keras' TensorFlow trainer builds an unbuilt optimizer inside the first traced step when no
         # tf.distribute strategy is set, and tf.function traces a step that creates variables twice:
         # built here, the first step is traced once (S/16: 5 s less; BUILD.md).
-        if keras.backend.backend() == "tensorflow" and not self.optimizer.built:
+        if keras.backend.backend() == "tensorflow" and self.optimizer is not None and not self.optimizer.built:
             with self.distribute_strategy.scope():
                 self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force)
