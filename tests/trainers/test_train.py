@@ -206,8 +206,9 @@ def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
 
 
 @pytest.mark.slow
-def test_mirrored_with_the_recipes_defaults_trains(tmp_path, data_dir):
-    """XLA is the default, and Keras 3 cannot compile one XLA cluster over two devices: the trainer turns it off."""
+def test_mirrored_with_the_recipes_defaults_and_xla_trains(tmp_path, data_dir):
+    """XLA asked for (as `jit_compile="auto"` does on GPUs), and Keras 3 cannot compile one XLA cluster over two
+    devices: the trainer turns it off."""
     out = tmp_path / "out.npz"
     result = run(["tests.trainers.worker", str(tmp_path / "run"), data_dir, "mirrored_defaults", str(out)])
     assert result.returncode == 0, result.stderr[-3000:]
