@@ -41,7 +41,7 @@ from keras_vit.model import outputs_probabilities
 
 METADATA = "keras_vit_export.json"
 DEFAULT_TOP_K = 5
-WARMUP = "tf_serving_warmup_requests"
+WARMUP = serving_check.WARMUP
 
 
 def is_classifier(model):

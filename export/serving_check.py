@@ -20,6 +20,7 @@ import numpy as np
 # Float outputs through the C++ path equal the Keras model's to this (DESIGN.md).
 TOLERANCE = 1e-5
 TIMEOUT_S = 600
+WARMUP = "tf_serving_warmup_requests"  # under assets.extra/: the requests TF Serving replays at load
 
 
 def read_warmup(path):
@@ -47,8 +48,7 @@ def replay(export_dir, output_file, xla=False):
         capi.disable_xla_compilation()
     session = capi.SavedModelSession(export_dir)
     answers = {}
-    for k, (signature, inputs) in enumerate(read_warmup(pathlib.Path(export_dir) / "assets.extra" /
-                                                        "tf_serving_warmup_requests")):
+    for k, (signature, inputs) in enumerate(read_warmup(pathlib.Path(export_dir) / "assets.extra" / WARMUP)):
         try:
             outputs = session.run(signature, **inputs)
         except capi.TFError as error:

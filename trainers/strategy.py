@@ -12,6 +12,8 @@ import os
 import tensorflow as tf
 
 STRATEGIES = ("auto", "tpu", "gpu", "multi_worker", "cpu")
+# The kinds `make_strategy` returns that run bfloat16 and XLA by default ("auto").
+ACCELERATORS = ("tpu", "gpu")
 
 
 def _tpu(tpu):

@@ -31,7 +31,7 @@ from trainers import data, distillation, mpp, optimization, recipes  # noqa: E40
 from trainers.atomic_files import write_text_atomically  # noqa: E402
 from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
 from trainers.progress import RunProgress  # noqa: E402
-from trainers.strategy import STRATEGIES, make_strategy  # noqa: E402
+from trainers.strategy import ACCELERATORS, STRATEGIES, make_strategy  # noqa: E402
 
 _RECIPE = flags.DEFINE_enum("recipe", "digits", list(recipes.RECIPES), "Named recipe to start from.")
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Where checkpoints, logs and the final model go.")
@@ -314,7 +314,7 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
     """
     policy = recipe.mixed_precision
     if policy == "auto":
-        policy = "bfloat16" if kind in ("tpu", "gpu") else "float32"
+        policy = "bfloat16" if kind in ACCELERATORS else "float32"
     keras.mixed_precision.set_global_policy("mixed_bfloat16" if policy == "bfloat16" else "float32")
     steps_per_execution, jit_compile = _execution_settings(recipe, strategy, kind)
     # Seeded after the data is opened: preparing a TFDS dataset draws random numbers.
@@ -351,7 +351,7 @@ def _execution_settings(recipe, strategy, kind):
         steps_per_execution = 1
     # On the CPU XLA's first training step takes about twice the TF graph's, for steps from 7% faster to 15%
     # slower (two CPUs; BUILD.md): "auto" leaves it to TPUs and GPUs, as Keras' own "auto" does.
-    jit_compile = {"true": True, "false": False}.get(recipe.jit_compile, kind in ("tpu", "gpu"))
+    jit_compile = {"true": True, "false": False}.get(recipe.jit_compile, kind in ACCELERATORS)
     if mirrored and jit_compile and strategy.num_replicas_in_sync > 1:
         # Keras 3 compiles the whole replicated step as one XLA cluster, which cannot
         # read variables kept on several devices ("Trying to access resource ... located
