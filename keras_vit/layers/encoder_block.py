@@ -13,6 +13,7 @@ from keras import ops
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.gradient_boundary import gradient_boundary
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -155,9 +156,13 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
+        # The residual stream's gradient is written out at each block's output (on JAX's CPU: see there).
         if self.remat and training and not return_attention_scores:
-            return self._rematerialized(inputs, drop_path_rate)
-        return self._forward(inputs, training, return_attention_scores, drop_path_rate)
+            return gradient_boundary(self._rematerialized(inputs, drop_path_rate))
+        outputs = self._forward(inputs, training, return_attention_scores, drop_path_rate)
+        if return_attention_scores:
+            return gradient_boundary(outputs[0]), outputs[1]
+        return gradient_boundary(outputs)
 
     def _rematerialized(self, inputs, drop_path_rate):
         """The training forward under `keras.remat`, which runs it again in the backward pass.
