@@ -149,15 +149,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         head_dim = self.query_kernel.shape[-1]
         query = project("query") / ops.cast(math.sqrt(head_dim), inputs.dtype)
         key, value = project("key"), project("value")
-        logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
+        # The two attention products run heads first, as batched matmuls: XLA:CPU on JAX ran the same
+        # einsums over (batch, tokens, heads, dim) far slower (B/16 inference: docs/performance.md).
+        logits = ops.matmul(ops.transpose(query, (0, 2, 1, 3)), ops.transpose(key, (0, 2, 3, 1)))
         if self.position.biases_attention:
             logits = logits + self.relative_logits(query)
         # Softmax in float32: under mixed precision bf16 logits lose the
         # small differences that decide the attention pattern.
         weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), inputs.dtype)
-        attended = ops.einsum(
-            "bhqk,bkhd->bqhd", self.dropout(weights, training=training), value
-        )
+        attended = ops.matmul(self.dropout(weights, training=training), ops.transpose(value, (0, 2, 1, 3)))
+        attended = ops.transpose(attended, (0, 2, 1, 3))
         outputs = ops.einsum("bqhd,hdo->bqo", attended, self.output_kernel) + self.output_bias
         return (outputs, weights) if return_attention_scores else outputs
 
