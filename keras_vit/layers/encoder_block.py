@@ -156,13 +156,13 @@ class EncoderBlock(keras.layers.Layer):
             layer.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
-        # The residual stream's gradient is written out at each block's output (on JAX's CPU: see there).
         if self.remat and training and not return_attention_scores:
-            return gradient_boundary(self._rematerialized(inputs, drop_path_rate))
-        outputs = self._forward(inputs, training, return_attention_scores, drop_path_rate)
-        if return_attention_scores:
-            return gradient_boundary(outputs[0]), outputs[1]
-        return gradient_boundary(outputs)
+            outputs, scores = self._rematerialized(inputs, drop_path_rate), None
+        else:
+            outputs, scores = self._forward(inputs, training, True, drop_path_rate)
+        # The residual stream's gradient is written out at each block's output (on JAX's CPU: see there).
+        outputs = gradient_boundary(outputs)
+        return (outputs, scores) if return_attention_scores else outputs
 
     def _rematerialized(self, inputs, drop_path_rate):
         """The training forward under `keras.remat`, which runs it again in the backward pass.
