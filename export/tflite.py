@@ -23,6 +23,8 @@ the assembly of the token sequence and the first block's first LayerNorm.
 `float_ops` lists them, and `export_tflite` records them in the metadata.
 """
 
+import contextlib
+import functools
 import json
 import os
 import re
@@ -33,8 +35,10 @@ import tempfile
 import time
 import warnings
 
+import keras
 import numpy as np
 import tensorflow as tf
+from keras import ops
 
 from keras_vit.model import outputs_probabilities
 from keras_vit.layers.utils import check_choice
@@ -120,7 +124,8 @@ def convert(model, quantize="none", representative_images=None):
             )
         representative_images = _check_images(representative_images, model, "representative_images")
 
-    converter = _converter(model, shape)
+    with _int8_layer_norms(model) if quantize == "int8" else contextlib.nullcontext():
+        converter = _converter(model, shape)
     _set_quantization(converter, quantize, representative_images)
     tflite_bytes = _quantize_int8(converter) if quantize == "int8" else converter.convert()
     custom = non_builtin_ops(tflite_bytes)
@@ -146,6 +151,39 @@ def _converter(model, shape):
     return tf.lite.TFLiteConverter.from_concrete_functions([serve.get_concrete_function()], holder)
 
 
+@contextlib.contextmanager
+def _int8_layer_norms(model):
+    """Within the block, `model`'s LayerNormalizations are traced in ops that LiteRT runs fast in int8.
+
+    Keras computes `x * inverse + (beta - mean * inverse)`, with the variance
+    from SQUARED_DIFFERENCE and `-mean` from NEG. LiteRT has no int8 NEG (the
+    converter keeps each in float between QUANTIZE and DEQUANTIZE) and runs
+    int8 SQUARED_DIFFERENCE outside XNNPACK with a slow kernel. Here the same
+    function is `(x - mean) * (inverse * gamma) + beta`, with the variance
+    the mean of `(x - mean) * (x - mean)`: int8 SUB and MUL, which XNNPACK
+    runs. The Ti/16 int8 model ran about twice as fast on this CPU, and the
+    tests' model as close to Keras' as before (BUILD.md, 2026-11-25).
+    """
+    # Others (another axis, RMS scaling, no gamma or beta) keep Keras' formulation: right, only slower.
+    norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)
+             and list(np.atleast_1d(layer.axis)) == [-1] and not layer.rms_scaling and layer.center and layer.scale]
+    for layer in norms:
+        # An instance attribute: Keras' `__call__` looks `call` up on the layer, so only these layers change.
+        object.__setattr__(layer, "call", functools.partial(_layer_norm, layer))
+    try:
+        yield
+    finally:
+        for layer in norms:
+            object.__delattr__(layer, "call")
+
+
+def _layer_norm(layer, inputs):
+    x = ops.cast(inputs, "float32")
+    centered = x - ops.mean(x, axis=-1, keepdims=True)
+    inverse = ops.rsqrt(ops.mean(centered * centered, axis=-1, keepdims=True) + layer.epsilon)
+    return ops.cast(centered * (inverse * layer.gamma) + layer.beta, layer.compute_dtype)
+
+
 def _set_quantization(converter, quantize, representative_images):
     """Sets the converter's optimizations, op sets and types for one of `QUANTIZATIONS`."""
     if quantize != "none":
@@ -162,6 +200,10 @@ def _set_quantization(converter, quantize, representative_images):
         # to every variant.
         converter.inference_input_type = tf.float32
         converter.inference_output_type = tf.float32
+        # The attention products as one FULLY_CONNECTED per head: LiteRT runs int8
+        # BATCH_MATMUL outside XNNPACK with a kernel about 10 times slower than its
+        # int8 FULLY_CONNECTED on this CPU (BUILD.md, 2026-11-25).
+        converter.unfold_batchmatmul = True
     else:
         # Builtin ops only, never SELECT_TF_OPS: a phone's default LiteRT runtime has no Flex delegate.
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
