@@ -228,11 +228,13 @@ def tflite_int8_ops_region(results):
     data = _load(results, "tflite_int8_ops_cpu.json")
     rows = [[r["op"], r["calls_per_model"], f"{r['float32_ms']['median']:.3f}", f"{r['int8_ms']['median']:.3f}",
              f"{r['int8_ms']['median'] / r['float32_ms']['median']:.1f}x", "yes" if r["int8_delegated"] else "no",
-             f"{r['int8_share_of_model']:.0%}"] for r in data["results"]]
+             "not exported" if r["int8_share_of_model"] is None else f"{r['int8_share_of_model']:.0%}"]
+            for r in data["results"]]
     return (f"{_provenance('tflite_int8_ops_cpu.json', data)}, "
             f"TensorFlow {data['tensorflow']}; each op alone at Ti/16's shapes, batch 1, one thread, median ms "
-            f"over the rounds; its calls in one Ti/16 pass times its int8 time, as a share of the whole Ti/16 "
-            f"int8 model timed in the same rounds ({_spread(data['model_int8_ms'], '{:.1f}')} ms). numpy's GEMM "
+            f"over the rounds; its calls in the exported Ti/16 int8 model times its int8 time, as a share of "
+            f"that model timed in the same rounds ({_spread(data['model_int8_ms'], '{:.1f}')} ms); Keras' own "
+            f"forms of two ops, which the int8 export replaces, are not in it. numpy's GEMM "
             f"in the same rounds: {_spread(data['gemm_gflops'], '{:.0f}')} GFLOP/s.\n\n"
             + _table(["op", "calls", "float32 ms", "int8 ms", "int8 / float32", "XNNPACK takes some of int8",
                       "share of the int8 model"], rows))

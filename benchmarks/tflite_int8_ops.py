@@ -3,9 +3,12 @@
 Each op of a Ti/16 forward pass at 224 px is converted alone, once float32 and
 once int8 (the exporter's converter settings), and timed batch-1 on one
 thread with LiteRT's default CPU delegate (XNNPACK); the row says whether the
-delegate took the int8 op and what all of that op's calls in a Ti/16 cost.
-The whole Ti/16 int8 model is timed in the same rounds, so each row is also
-a share of it. Rounds alternate the models and time a float32 GEMM each.
+delegate took the int8 op and what all of that op's calls in the exported
+Ti/16 int8 model cost. Two rows are the forms Keras' own graph would give,
+which the int8 export replaces (`export.tflite`): BATCH_MATMUL for the
+attention products and LayerNorm with SQUARED_DIFFERENCE and NEG. The whole
+Ti/16 int8 model is timed in the same rounds, so each exported row is also a
+share of it. Rounds alternate the models and time a float32 GEMM each.
 
     python -m benchmarks.tflite_int8_ops [--rounds=3]
 """
@@ -15,6 +18,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
@@ -30,27 +34,30 @@ TOKENS, WIDTH, HEADS, MLP = 197, 192, 3, 768  # Ti/16 at 224 px
 
 
 def ops():
-    """name -> (function, input shapes, calls in one Ti/16 forward pass)."""
+    """name -> (function, input shapes, calls in one exported Ti/16 int8 pass, int8 unfolds batch matmuls)."""
     rng = np.random.default_rng(0)
     kernel = tf.constant(rng.normal(0, 0.05, (WIDTH, MLP)).astype("float32"))
-    scale = tf.constant(rng.normal(1, 0.1, (WIDTH,)).astype("float32"))
-
-    def layer_norm(x):
-        mean, variance = tf.nn.moments(x, [-1], keepdims=True)
-        return (x - mean) * tf.math.rsqrt(variance + 1e-6) * scale
+    norm = keras.layers.LayerNormalization(epsilon=1e-6)
+    norm.build((1, TOKENS, WIDTH))
+    norm.gamma.assign(rng.normal(1, 0.1, (WIDTH,))), norm.beta.assign(rng.normal(0, 0.1, (WIDTH,)))
 
     head_dim = WIDTH // HEADS
+    products = (tf.matmul, [(1, HEADS, TOKENS, head_dim), (1, HEADS, head_dim, TOKENS)])
+    tokens = [(1, TOKENS, WIDTH)]
     return {
-        "attention products (BATCH_MATMUL)": (tf.matmul, [(1, HEADS, TOKENS, head_dim), (1, HEADS, head_dim, TOKENS)], 24),
-        "LayerNorm": (layer_norm, [(1, TOKENS, WIDTH)], 25),
-        "softmax": (tf.nn.softmax, [(1, HEADS, TOKENS, TOKENS)], 12),
-        "GELU (tanh)": (lambda x: tf.nn.gelu(x, approximate=True), [(1, TOKENS, MLP)], 12),
+        "attention products, a FULLY_CONNECTED per head (exported)": (*products, 24, True),
+        "attention products as BATCH_MATMUL (Keras' graph)": (*products, 0, False),
+        # 24 int8: the exporter keeps the first of the 25 in float (export.tflite.FLOAT_IN_INT8).
+        "LayerNorm with SUB and MUL (exported)": (lambda x: tflite._layer_norm(norm, x), tokens, 24, True),
+        "LayerNorm with SQUARED_DIFFERENCE and NEG (Keras' graph)": (norm, tokens, 0, True),
+        "softmax": (tf.nn.softmax, [(1, HEADS, TOKENS, TOKENS)], 12, True),
+        "GELU (tanh)": (lambda x: tf.nn.gelu(x, approximate=True), [(1, TOKENS, MLP)], 12, True),
         # Both MLP layers have these multiply-adds (192 -> 768 and 768 -> 192).
-        "MLP fully-connected": (lambda x: tf.matmul(x, kernel), [(1, TOKENS, WIDTH)], 24),
+        "MLP fully-connected": (lambda x: tf.matmul(x, kernel), tokens, 24, True),
     }
 
 
-def convert(fn, shapes, quantize):
+def convert(fn, shapes, quantize, unfold):
     """A one-op TFLite model, float32 or int8 as `export.tflite` converts (int8 in and out, no float edges)."""
     function = tf.function(fn, input_signature=[tf.TensorSpec(shape, tf.float32) for shape in shapes])
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function.get_concrete_function()], tf.Module())
@@ -61,6 +68,7 @@ def convert(fn, shapes, quantize):
             [rng.normal(size=shape).astype("float32") for shape in shapes] for _ in range(8))
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = converter.inference_output_type = tf.int8
+        converter.unfold_batchmatmul = unfold
     return converter.convert()
 
 
@@ -76,9 +84,9 @@ def interpreter_call(tflite_bytes):
 def main(argv):
     del argv
     calls, delegated = {}, {}
-    for name, (fn, shapes, _) in ops().items():
+    for name, (fn, shapes, _, unfold) in ops().items():
         for quantize in ("none", "int8"):
-            calls[name, quantize], delegated[name, quantize] = interpreter_call(convert(fn, shapes, quantize))
+            calls[name, quantize], delegated[name, quantize] = interpreter_call(convert(fn, shapes, quantize, unfold))
     model = keras_vit.ViT(keras_vit.decode_variant("Ti/16"), classifier_activation=None)
     calibration = np.random.default_rng(1).uniform(-1, 1, (4, 224, 224, 3)).astype("float32")
     image = calibration[0]
@@ -89,15 +97,17 @@ def main(argv):
                                                lambda call: 1000 * common.time_calls(call, _SECONDS.value))
     whole = common.summarize(samples["Ti/16 int8 model", "int8"])
     results, rows = [], []
-    for name, (_, shapes, count) in ops().items():
+    for name, (_, shapes, count, _) in ops().items():
         float_ms, int8_ms = common.summarize(samples[name, "none"]), common.summarize(samples[name, "int8"])
-        share = count * int8_ms["median"] / whole["median"]
+        share = count * int8_ms["median"] / whole["median"] if count else None
         results.append({"op": name, "shapes": shapes, "calls_per_model": count, "float32_ms": float_ms,
                         "int8_ms": int8_ms, "int8_delegated": delegated[name, "int8"],
                         "float32_delegated": delegated[name, "none"], "int8_share_of_model": share})
         rows.append({"op": name, "calls": count, "float32 ms": f"{float_ms['median']:.3f}",
-                     "int8 ms": f"{int8_ms['median']:.3f}", "int8 / float32": f"{int8_ms['median'] / float_ms['median']:.1f}x",
-                     "XNNPACK takes some of int8": "yes" if delegated[name, "int8"] else "no", "share of int8 model": f"{share:.0%}"})
+                     "int8 ms": f"{int8_ms['median']:.3f}",
+                     "int8 / float32": f"{int8_ms['median'] / float_ms['median']:.1f}x",
+                     "XNNPACK takes some of int8": "yes" if delegated[name, "int8"] else "no",
+                     "share of int8 model": "not exported" if share is None else f"{share:.0%}"})
     common.print_table(rows, list(rows[0]))
     print(f"Ti/16 int8 model: {whole['median']:.1f} ms (one thread)")
     common.write_json(_OUT.value, {"machine": common.machine(), "tensorflow": tf.__version__, "threads": 1,

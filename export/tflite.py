@@ -15,12 +15,15 @@ scores, so a caller feeds every variant the same pixels.
 Full int8 and ViT (checked with TF 2.20 on ViTs with learned, sin-cos and
 relative position embeddings, class token and GAP heads, and a ResNet stem):
 `TFLITE_BUILTINS_INT8` alone converts them all, GELU, softmax and the
-LayerNorm arithmetic (MEAN, SQUARED_DIFFERENCE, RSQRT) included, so no float
-fallback op set is needed. A few elementwise ops stay in float between
-QUANTIZE/DEQUANTIZE pairs: the converter's NEG in each LayerNorm (and one
-SQUARE in the ResNet stem), and, by our choice, the `FLOAT_IN_INT8` tensors:
-the assembly of the token sequence and the first block's first LayerNorm.
-`float_ops` lists them, and `export_tflite` records them in the metadata.
+LayerNorm arithmetic (MEAN, SUB, MUL, RSQRT) included, so no float fallback
+op set is needed. Full int8 traces LayerNorm and unfolds the attention
+products into ops that LiteRT runs fast in int8 (`_int8_layer_norms`,
+`unfold_batchmatmul`). A few elementwise ops stay in float between
+QUANTIZE/DEQUANTIZE pairs: a few NEG and SQUARE ops of a ResNet stem's
+normalizations, which the converter keeps, and, by our choice, the
+`FLOAT_IN_INT8` tensors (the assembly of the token sequence and the first
+block's first LayerNorm). `float_ops` lists them, and `export_tflite`
+records them in the metadata.
 """
 
 import contextlib
@@ -161,8 +164,8 @@ def _int8_layer_norms(model):
     int8 SQUARED_DIFFERENCE outside XNNPACK with a slow kernel. Here the same
     function is `(x - mean) * (inverse * gamma) + beta`, with the variance
     the mean of `(x - mean) * (x - mean)`: int8 SUB and MUL, which XNNPACK
-    runs. The Ti/16 int8 model ran about twice as fast on this CPU, and the
-    tests' model as close to Keras' as before (BUILD.md, 2026-11-25).
+    runs, and the tests' model stays as close to Keras' as before (BUILD.md,
+    2026-11-25).
     """
     # Others (another axis, RMS scaling, no gamma or beta) keep Keras' formulation: right, only slower.
     norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)
@@ -201,8 +204,8 @@ def _set_quantization(converter, quantize, representative_images):
         converter.inference_input_type = tf.float32
         converter.inference_output_type = tf.float32
         # The attention products as one FULLY_CONNECTED per head: LiteRT runs int8
-        # BATCH_MATMUL outside XNNPACK with a kernel about 10 times slower than its
-        # int8 FULLY_CONNECTED on this CPU (BUILD.md, 2026-11-25).
+        # BATCH_MATMUL outside XNNPACK with a kernel several times slower than its
+        # int8 FULLY_CONNECTED (benchmarks/tflite_int8_ops.py).
         converter.unfold_batchmatmul = True
     else:
         # Builtin ops only, never SELECT_TF_OPS: a phone's default LiteRT runtime has no Flex delegate.
