@@ -1,14 +1,14 @@
 """Trains one tiny ViT per combination under MirroredStrategy on two logical CPUs.
 
-    python -m tests.trainers.combinations_worker OUT.json
+    python -m tests.trainers.combinations_worker OUT.json [SHARD COUNT]
 
 Its own process: the CPU must be split into two logical devices before
 TensorFlow starts. Each combination trains a few steps on one fixed batch
-and reports its losses.
+and reports its losses. With SHARD and COUNT, only every COUNT-th
+combination from the SHARD-th: shards run in processes side by side.
 """
 
 import json
-import math
 import sys
 
 import keras
@@ -58,17 +58,18 @@ class Losses(keras.callbacks.Callback):
         self.model.losses_seen.append(float(logs["loss"]))
 
 
-def main(out):
+def main(out, shard=0, count=1):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     rng = np.random.default_rng(0)
     images = rng.uniform(-1, 1, (8, 16, 16, 3)).astype(np.float32)
     labels = rng.integers(0, 3, 8)
-    results = [{**c, "losses": train(strategy, c, images, labels)} for c in combinations()]
+    shard_combinations = list(combinations())[shard::count]
+    results = [{**c, "losses": train(strategy, c, images, labels)} for c in shard_combinations]
     with open(out, "w") as f:
-        json.dump({"replicas": strategy.num_replicas_in_sync, "uniform_loss": math.log(3), "results": results}, f)
+        json.dump({"replicas": strategy.num_replicas_in_sync, "results": results}, f)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *map(int, sys.argv[2:]))
