@@ -17,21 +17,34 @@ from benchmarks import run
 
 # gpu: bf16, XLA and torch.compile, here on the CPU, on Keras' JAX backend as the lent GPU machines run it
 # (its TensorFlow-backend form shares every code path the two cases cover, so CI's time goes elsewhere).
-@pytest.mark.parametrize("suite, backend", [("cpu", "tensorflow"), ("gpu", "jax")])
-def test_tiny_suite_alternates_keras_vit_and_timm_and_writes_json(tmp_path, suite, backend):
-    out = tmp_path / "suite.json"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend}
-    if backend == "tensorflow":  # the default: a Keras config naming another backend must not reach the workers
-        del env["KERAS_BACKEND"]
-        (tmp_path / "keras.json").write_text(json.dumps({"backend": "jax"}))
-        env["KERAS_HOME"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny", f"--out={out}",
-                             f"--keras_vit_python={sys.executable}"],
-                            cwd=run.ROOT, capture_output=True, text=True, timeout=1200, env=env)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
-    payload = json.loads(out.read_text())
-    assert not list(tmp_path.glob("*.tmp*")), "a temporary file was left behind"
+SUITES = [("cpu", "tensorflow"), ("gpu", "jax")]
+
+
+def test_tiny_suites_alternate_keras_vit_and_timm_and_write_json(tmp_path):
+    run.environment_python("timm", None, run.ENVS_DIR)  # made once, not by two suites racing
+    processes = {}
+    for suite, backend in SUITES:  # side by side: each spends most of its time in one process at a time (CI time)
+        folder = tmp_path / suite
+        folder.mkdir()
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": backend}
+        if backend == "tensorflow":  # the default: a Keras config naming another backend must not reach the workers
+            del env["KERAS_BACKEND"]
+            (folder / "keras.json").write_text(json.dumps({"backend": "jax"}))
+            env["KERAS_HOME"] = str(folder)
+        processes[suite, backend] = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny", f"--out={folder / 'suite.json'}",
+             f"--keras_vit_python={sys.executable}"],
+            cwd=run.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for (suite, backend), process in processes.items():
+        stdout, stderr = process.communicate(timeout=1200)
+        check_tiny_suite(suite, backend, tmp_path / suite, process.returncode, stdout, stderr)
+
+
+def check_tiny_suite(suite, backend, folder, returncode, stdout, stderr):
+    assert returncode == 0, stdout[-2000:] + stderr[-3000:]
+    assert "x timm" in stdout and "peak RSS MB" in stdout
+    payload = json.loads((folder / "suite.json").read_text())
+    assert not list(folder.glob("*.tmp*")), "a temporary file was left behind"
     labels = {im.label for im in run.SUITES[suite].implementations}
     peer = next(im.label for im in run.SUITES[suite].implementations if im.impl == "timm")
     libraries = {"keras_vit", "timm"} | ({"numpy"} if suite == "cpu" else set())

@@ -193,12 +193,16 @@ def test_scan_layers_trains_and_writes_the_unrolled_format(tmp_path, data_dir):
 
 @pytest.mark.slow
 def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
-    outs = {}
-    for mode in ("one", "mirrored"):
-        out = tmp_path / f"{mode}.npz"
-        result = run(["tests.trainers.worker", str(tmp_path / mode), data_dir, mode, str(out)])
+    from trainers import data
+
+    data.load("keras_vit_digits", "train", data_dir)  # prepared once, not by two workers racing
+    modes = ("one", "mirrored")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    results = run_together([[sys.executable, "-m", "tests.trainers.worker", str(tmp_path / mode), data_dir, mode,
+                             str(tmp_path / f"{mode}.npz")] for mode in modes], cwd=ROOT, env=env)
+    for result in results:
         assert result.returncode == 0, result.stderr[-3000:]
-        outs[mode] = np.load(out)
+    outs = {mode: np.load(tmp_path / f"{mode}.npz") for mode in modes}
     assert int(outs["one"]["replicas"]) == 1 and int(outs["mirrored"]["replicas"]) == 2
     weights = [k for k in outs["one"].files if k.startswith("w")]
     for key in weights:
