@@ -7,12 +7,12 @@ package registry.
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from benchmarks import run
+from tests.processes import run_together
 
 
 # gpu: bf16, XLA and torch.compile, here on the CPU, on Keras' JAX backend as the lent GPU machines run it
@@ -22,7 +22,7 @@ SUITES = [("cpu", "tensorflow"), ("gpu", "jax")]
 
 def test_tiny_suites_alternate_keras_vit_and_timm_and_write_json(tmp_path):
     run.environment_python("timm", None, run.ENVS_DIR)  # made once, not by two suites racing
-    processes = {}
+    commands, envs = [], []
     for suite, backend in SUITES:  # side by side: each spends most of its time in one process at a time (CI time)
         folder = tmp_path / suite
         folder.mkdir()
@@ -31,18 +31,16 @@ def test_tiny_suites_alternate_keras_vit_and_timm_and_write_json(tmp_path):
             del env["KERAS_BACKEND"]
             (folder / "keras.json").write_text(json.dumps({"backend": "jax"}))
             env["KERAS_HOME"] = str(folder)
-        processes[suite, backend] = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny", f"--out={folder / 'suite.json'}",
-             f"--keras_vit_python={sys.executable}"],
-            cwd=run.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    for (suite, backend), process in processes.items():
-        stdout, stderr = process.communicate(timeout=1200)
-        check_tiny_suite(suite, backend, tmp_path / suite, process.returncode, stdout, stderr)
+        commands.append([sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny",
+                         f"--out={folder / 'suite.json'}", f"--keras_vit_python={sys.executable}"])
+        envs.append(env)
+    for (suite, backend), result in zip(SUITES, run_together(commands, timeout=1200, envs=envs, cwd=run.ROOT)):
+        check_tiny_suite(suite, backend, tmp_path / suite, result)
 
 
-def check_tiny_suite(suite, backend, folder, returncode, stdout, stderr):
-    assert returncode == 0, stdout[-2000:] + stderr[-3000:]
-    assert "x timm" in stdout and "peak RSS MB" in stdout
+def check_tiny_suite(suite, backend, folder, result):
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
     payload = json.loads((folder / "suite.json").read_text())
     assert not list(folder.glob("*.tmp*")), "a temporary file was left behind"
     labels = {im.label for im in run.SUITES[suite].implementations}

@@ -22,15 +22,22 @@ TINY_FLAGS = ["--hidden_size=32", "--mlp_dim=64", "--num_heads=2", "--num_layers
               "--steps_per_execution=5", "--warmup_steps=5"]
 
 
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+
+
 def run(args, **kwargs):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=ENV, capture_output=True,
                           text=True, timeout=600, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("tfds"))
+    """The digits' TFDS folder, prepared once here, so that no two processes race to write it."""
+    from trainers import data
+
+    path = str(tmp_path_factory.mktemp("tfds"))
+    data.load("keras_vit_digits", "train", path)
+    return path
 
 
 VERBOSITY = [([], False), (["--verbosity=0"], True)]
@@ -61,8 +68,7 @@ def refused_runs(tmp_path_factory):
         model_dir = tmp_path_factory.mktemp("bad_flag")
         (model_dir / "notes.txt").write_text("kept")
         commands[flag] = (["trainers.train", f"--model_dir={model_dir}", flag], model_dir)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    results = run_together([[sys.executable, "-m", *args] for args, _ in commands.values()], cwd=ROOT, env=env)
+    results = run_together([[sys.executable, "-m", *args] for args, _ in commands.values()], cwd=ROOT, env=ENV)
     return {name: (result, model_dir) for (name, (_, model_dir)), result in zip(commands.items(), results)}
 
 
@@ -139,9 +145,8 @@ def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_d
     assert whole.returncode == 0, whole.stderr[-3000:]
 
     killed_dir = tmp_path / "killed"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     process = subprocess.Popen([sys.executable, "-m", *trainer(killed_dir, data_dir, *flags)], cwd=ROOT,
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # The manager's state file names a checkpoint once it is whole (the index file comes before it).
     state = killed_dir / "checkpoints" / "checkpoint"
     deadline = time.time() + 300
@@ -193,13 +198,9 @@ def test_scan_layers_trains_and_writes_the_unrolled_format(tmp_path, data_dir):
 
 @pytest.mark.slow
 def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
-    from trainers import data
-
-    data.load("keras_vit_digits", "train", data_dir)  # prepared once, not by two workers racing
     modes = ("one", "mirrored")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
     results = run_together([[sys.executable, "-m", "tests.trainers.worker", str(tmp_path / mode), data_dir, mode,
-                             str(tmp_path / f"{mode}.npz")] for mode in modes], cwd=ROOT, env=env)
+                             str(tmp_path / f"{mode}.npz")] for mode in modes], cwd=ROOT, env=ENV)
     for result in results:
         assert result.returncode == 0, result.stderr[-3000:]
     outs = {mode: np.load(tmp_path / f"{mode}.npz") for mode in modes}
@@ -255,21 +256,15 @@ def _free_port():
 
 @pytest.mark.slow
 def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
-    from trainers import data
-
-    data.load("keras_vit_digits", "train", data_dir)  # prepared once, not by two workers racing
     cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
-    processes = []
-    for index in range(2):
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-               "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "tests.trainers.worker", str(tmp_path / "run"), data_dir, "multi_worker",
-             str(tmp_path / f"worker{index}.npz")], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True))
-    for process in processes:
-        _, err = process.communicate(timeout=600)
-        assert process.returncode == 0, err[-3000:]
+    envs = [{**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+             "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+            for index in range(2)]
+    workers = run_together([[sys.executable, "-m", "tests.trainers.worker", str(tmp_path / "run"), data_dir,
+                             "multi_worker", str(tmp_path / f"worker{index}.npz")] for index in range(2)],
+                           cwd=ROOT, envs=envs)
+    for worker in workers:
+        assert worker.returncode == 0, worker.stderr[-3000:]
     a, b = np.load(tmp_path / "worker0.npz"), np.load(tmp_path / "worker1.npz")
     assert int(a["replicas"]) == 2
     for key in (k for k in a.files if k.startswith("w")):
