@@ -32,8 +32,9 @@ setup(
         "viz": ["matplotlib"],
         # scipy: the official resize (ndimage.zoom) that tests compare against; JAX (CPU): the
         # model and the GPU benchmark on Keras' JAX backend, the lent GPU machines' route;
-        # matplotlib: the figures of `python -m keras_vit.explain`.
-        "test": ["pytest", "scipy", "jax[cpu]==0.10.2", "matplotlib"],
+        # matplotlib: the figures of `python -m keras_vit.explain`; pytest-xdist: the suite runs
+        # its test files in two processes (pytest.ini).
+        "test": ["pytest", "pytest-xdist", "scipy", "jax[cpu]==0.10.2", "matplotlib"],
     },
     classifiers=[
         "Programming Language :: Python :: 3",
