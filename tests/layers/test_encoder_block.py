@@ -52,3 +52,26 @@ def test_dropout_and_drop_path_only_in_training():
 def test_bad_width():
     with pytest.raises(ValueError, match="received width=8"):
         EncoderBlock(num_heads=3, mlp_dim=16)(X)
+
+
+@pytest.mark.parametrize("approximate, fused_gelu", [(True, b"GeluApproximate"), (False, b"GeluExact")])
+def test_tensorflow_runs_the_mlp_matmul_bias_and_gelu_as_one_kernel(approximate, fused_gelu):
+    """In TensorFlow's graph, grappler's remapper fuses matmul, bias and GELU only in the form `Mlp` writes
+    (2-D matmul, BiasAdd); with Dense on (batch, tokens, width) the GELU ran as separate ops."""
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+    from tensorflow.python.util import _pywrap_util_port
+
+    if not _pywrap_util_port.IsMklEnabled():
+        pytest.skip("TensorFlow without oneDNN (TF_ENABLE_ONEDNN_OPTS=0 or not x86) has no fused GELU kernel")
+    mlp = Mlp(16, gelu_approximate=approximate)
+    forward = tf.function(lambda x: mlp(x))
+    context.enable_run_metadata()  # before the first call: the optimized graphs are recorded as it instantiates
+    try:
+        forward(X)
+        metadata = context.export_run_metadata()
+    finally:
+        context.disable_run_metadata()
+    fused = [list(node.attr["fused_ops"].list.s) for function in metadata.function_graphs
+             for graph in function.partition_graphs for node in graph.node if node.attr["fused_ops"].list.s]
+    assert [b"BiasAdd", fused_gelu] in fused and [b"BiasAdd"] in fused, fused
