@@ -38,8 +38,9 @@ RESULTS = pathlib.Path("benchmarks") / "results"
 EARLIER_CPU_RUN = "suite_cpu_2026-11-22.json"
 # Every CPU run of the same suite, oldest first, kept to show the run-to-run drift and the machine's weight.
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
-              EARLIER_CPU_RUN, "suite_cpu_2026-11-25_first.json", "suite_cpu.json")
-DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax.json")
+              EARLIER_CPU_RUN, "suite_cpu_2026-11-25_first.json", "suite_cpu_2026-11-25_second.json",
+              "suite_cpu.json")
+DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax_2026-11-25.json", "suite_cpu_jax.json")
 
 _REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
 _STRAY = re.compile(r"\b\d+\.\d+x\b|\b\d[\d,]*(?:\.\d+)? ?(?:ms|MB|GB|GFLOP/s|images/s|img/s)\b|\b\d+\.\d+%")
