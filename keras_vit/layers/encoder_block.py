@@ -16,13 +16,13 @@ from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.gradient_boundary import gradient_boundary
 
 
-def _bias_add(x, bias):
-    """`x + bias`; on TensorFlow its BiasAdd op, the form the remapper fuses with a matmul and GELU."""
-    if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+def _affine(dense, rows):
+    """`dense` applied to 2-D `rows`; on TensorFlow as MatMul and BiasAdd, the form the remapper fuses with GELU."""
+    if dense.quantization_mode or keras.backend.backend() != "tensorflow":
+        return dense(rows)  # a quantized Dense (keras.Model.quantize) computes its own way
+    import tensorflow as tf
 
-        return tf.nn.bias_add(x, bias)
-    return x + bias
+    return tf.nn.bias_add(ops.matmul(rows, dense.kernel), dense.bias)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -65,15 +65,14 @@ class Mlp(keras.layers.Layer):
         self.dense_2.build((*input_shape[:-1], self.mlp_dim))
 
     def call(self, inputs, training=None):
-        # The tokens as the rows of 2-D matmuls, each bias added by `_bias_add`: TensorFlow's graph optimizer
+        # The tokens as the rows of 2-D matmuls with BiasAdd (`_affine`): TensorFlow's graph optimizer
         # (grappler's remapper, oneDNN) then runs matmul, bias and GELU as one kernel. It matches no other form,
         # and in the graph B/16 spent about a tenth of its inference time on the GELU (docs/performance.md).
         rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
-        hidden = ops.gelu(_bias_add(ops.matmul(rows, self.dense_1.kernel), self.dense_1.bias),
-                          approximate=self.gelu_approximate)
+        hidden = ops.gelu(_affine(self.dense_1, rows), approximate=self.gelu_approximate)
         hidden = self.dropout(hidden, training=training)
-        outputs = _bias_add(ops.matmul(hidden, self.dense_2.kernel), self.dense_2.bias)
-        return self.dropout(ops.reshape(outputs, ops.shape(inputs)), training=training)
+        outputs = ops.reshape(_affine(self.dense_2, hidden), ops.shape(inputs))
+        return self.dropout(outputs, training=training)
 
     def get_config(self):
         return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from keras import ops
 
 from keras_vit.layers import EncoderBlock, Mlp
 from tests import reference
@@ -75,3 +76,16 @@ def test_tensorflow_runs_the_mlp_matmul_bias_and_gelu_as_one_kernel(approximate,
     fused = [list(node.attr["fused_ops"].list.s) for function in metadata.function_graphs
              for graph in function.partition_graphs for node in graph.node if node.attr["fused_ops"].list.s]
     assert [b"BiasAdd", fused_gelu] in fused and [b"BiasAdd"] in fused, fused
+
+
+def test_a_quantized_mlp_computes_as_its_dense_layers():
+    """`keras.Model.quantize` makes the Dense kernels int8, which only Dense's own call reads right."""
+    mlp = Mlp(16)
+    mlp.build(X.shape)
+    randomize_weights(mlp, scale=1.0)
+    float_outputs = np.asarray(mlp(X))
+    for dense in (mlp.dense_1, mlp.dense_2):
+        dense.quantize("int8")
+    expected = np.asarray(mlp.dense_2(ops.gelu(mlp.dense_1(X), approximate=True)))
+    np.testing.assert_allclose(np.asarray(mlp(X)), expected, atol=1e-6)
+    assert 0 < np.abs(expected - float_outputs).max() < 0.1 * np.abs(float_outputs).max()
