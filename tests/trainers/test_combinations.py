@@ -43,4 +43,3 @@ def test_every_combination_trains_on_two_logical_devices(tmp_path):
         # The head starts at zero, so the first loss is ln(3) exactly; then it must fall.
         assert abs(first - math.log(3)) < 1e-3, run
         assert last < first - 0.02, run
-

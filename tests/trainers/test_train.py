@@ -257,8 +257,7 @@ def _free_port():
 @pytest.mark.slow
 def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
     cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
-    envs = [{**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
-             "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
+    envs = [{**ENV, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
             for index in range(2)]
     workers = run_together([[sys.executable, "-m", "tests.trainers.worker", str(tmp_path / "run"), data_dir,
                              "multi_worker", str(tmp_path / f"worker{index}.npz")] for index in range(2)],
