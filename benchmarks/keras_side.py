@@ -23,7 +23,20 @@ BACKEND = keras.backend.backend()
 def versions():
     found = {"backend": BACKEND, "keras": keras.__version__, "keras_vit": keras_vit.__version__}
     framework = __import__(BACKEND)
-    return {**found, BACKEND: framework.__version__}
+    return {**found, BACKEND: framework.__version__, "device": _device()}
+
+
+def _device():
+    """What the model runs on: the first accelerator's name, or "cpu"."""
+    if BACKEND == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return "cpu" if device.platform == "cpu" else device.device_kind
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else "cpu"
 
 
 def set_threads(threads):

@@ -47,7 +47,8 @@ def import_timm():
 
 def versions():
     timm = import_timm()
-    return {"torch": torch.__version__, "timm": timm.__version__}
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    return {"torch": torch.__version__, "timm": timm.__version__, "device": device}
 
 
 def set_threads(threads):
@@ -79,7 +80,12 @@ def _model(variant, image_size, compiled, num_layers):
     model = timm.create_model(TIMM_NAMES[variant], img_size=image_size, **depth).to(_device())
     # torch.compile is the peer's XLA; on the CPU it would time C++ builds, so
     # the CPU suite runs timm eager, as its users do.
-    return model, (torch.compile(model) if compiled else model)
+    if not compiled:
+        return model, model
+    # Each workload is compiled afresh, as a user's one model is: Dynamo would otherwise recompile the
+    # earlier workloads' code for a new batch as dynamic shapes, and stop compiling after its recompile limit.
+    torch._dynamo.reset()
+    return model, torch.compile(model)
 
 
 def _autocast(precision):

@@ -171,9 +171,11 @@ class EncoderBlock(keras.layers.Layer):
 
     def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
         if self.remat and training and not return_attention_scores:
-            outputs, scores = self._rematerialized(inputs, drop_path_rate), None
+            outputs = self._rematerialized(inputs, drop_path_rate)
         else:
-            outputs, scores = self._forward(inputs, training, True, drop_path_rate)
+            outputs = self._forward(inputs, training, return_attention_scores, drop_path_rate)
+        if return_attention_scores:
+            outputs, scores = outputs
         # The residual stream's gradient is written out at each block's output (on JAX's CPU: see there).
         outputs = gradient_boundary(outputs)
         return (outputs, scores) if return_attention_scores else outputs
@@ -196,9 +198,12 @@ class EncoderBlock(keras.layers.Layer):
         return keras.remat(forward)(inputs, *[ops.convert_to_tensor(g.state.value) for g in generators])
 
     def _forward(self, inputs, training, return_attention_scores, drop_path_rate):
-        attended, scores = self.attention(
-            self.norm_1(inputs), training=training, return_attention_scores=True
+        # Weights only when asked for: without them attention may run fused (MultiHeadSelfAttention).
+        attended = self.attention(
+            self.norm_1(inputs), training=training, return_attention_scores=return_attention_scores
         )
+        if return_attention_scores:
+            attended, scores = attended
         attended = self.dropout(attended, training=training)
         x = inputs + self.drop_path(attended, training=training, rate=drop_path_rate)
         branch = self.mlp(self.norm_2(x), training=training)

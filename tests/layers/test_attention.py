@@ -1,7 +1,8 @@
+import keras
 import numpy as np
 import pytest
 
-from keras_vit.layers import MultiHeadSelfAttention
+from keras_vit.layers import MultiHeadSelfAttention, attention
 from keras_vit.layers.attention import relative_2d_index
 from tests import reference
 from tests.layer_checks import check_layer, randomize_weights
@@ -121,3 +122,86 @@ def test_relative_tables_resize():
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         MultiHeadSelfAttention(**kwargs)(X)
+
+
+def test_fused_attention_runs_at_inference_only_and_its_result_is_used(monkeypatch):
+    """The call site of cuDNN's kernel, on any backend: a stand-in answers zeros where it is asked."""
+    asked = []
+
+    def zeros(query, key, value):
+        asked.append(tuple(query.shape))
+        return keras.ops.zeros_like(value)
+
+    monkeypatch.setattr(attention, "cudnn_attention", zeros)
+    # Not where the weights are needed: asked for, dropped out in training, or given relative logits.
+    MultiHeadSelfAttention(num_heads=2)(X, return_attention_scores=True)
+    MultiHeadSelfAttention(num_heads=2, attention_dropout_rate=0.1)(X, training=True)
+    MultiHeadSelfAttention(2, relative_position="relative", grid_size=(2, 2), num_prefix_tokens=1)(X)
+    assert not asked
+    layer = MultiHeadSelfAttention(num_heads=2, attention_dropout_rate=0.1)
+    layer.build(X.shape)
+    randomize_weights(layer)
+    # Asked otherwise (at inference, and in training without dropout on the weights), and what it
+    # answers is attended: zeros leave only the output bias.
+    for out in (layer(X), MultiHeadSelfAttention(num_heads=2)(X, training=True)):
+        np.testing.assert_allclose(np.asarray(out)[:, 1:], np.asarray(out)[:, :-1], atol=1e-7)
+    np.testing.assert_allclose(np.asarray(layer(X)), np.broadcast_to(layer.output_bias.numpy(), X.shape),
+                               atol=1e-7)
+    assert asked == [(2, 5, 2, 4)] * 3
+
+
+ON_GPU = keras.backend.backend() == "jax" and __import__("jax").default_backend() == "gpu"
+
+
+@pytest.mark.skipif(ON_GPU, reason="the test below runs on a GPU")
+def test_no_fused_attention_off_a_gpu():
+    q = keras.ops.convert_to_tensor(X.reshape(2, 5, 2, 4), "bfloat16")
+    assert attention.cudnn_attention(q, q, q) is None
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs Keras' JAX backend on a GPU (cuDNN's fused attention); the call "
+                                       "site is covered above on any backend")
+def test_fused_attention_on_a_gpu_is_as_close_to_float32_as_the_matmuls():
+    import jax
+
+    x = np.random.default_rng(2).normal(size=(4, 197, 768)).astype("float32")
+    exact = MultiHeadSelfAttention(num_heads=12)
+    exact.build(x.shape)
+    randomize_weights(exact, scale=0.05)
+    half = MultiHeadSelfAttention(num_heads=12, dtype="mixed_bfloat16")
+    half.build(x.shape)
+    half.set_weights(exact.get_weights())
+    # The fused kernel runs at ViT's 197 tokens, in the forward pass and under a gradient (padded).
+    ran = []
+
+    def attended_sum(q):
+        out = attention.cudnn_attention(q, q, q)
+        ran.append(out is not None)
+        return (q if out is None else out).astype("float32").sum()
+
+    q = keras.ops.convert_to_tensor(x.reshape(4, 197, 12, 64), "bfloat16")
+    attended_sum(q), jax.grad(attended_sum)(q)
+    assert ran == [True, True]
+
+    cotangent = np.random.default_rng(3).normal(size=x.shape).astype("float32")
+
+    def outputs_and_gradients(layer, **kwargs):
+        trainable = [v.value for v in layer.trainable_variables]
+        fixed = [v.value for v in layer.non_trainable_variables]
+
+        def objective(values):
+            out = layer.stateless_call(values, fixed, x, **kwargs)[0]
+            out = (out[0] if kwargs else out).astype("float32")
+            return (out * cotangent).sum(), out
+
+        gradients, out = jax.grad(objective, has_aux=True)(trainable)
+        return {"outputs": np.asarray(out), "gradients": np.concatenate([np.ravel(np.asarray(g, "float32"))
+                                                                          for g in gradients])}
+
+    exact_run = outputs_and_gradients(exact)
+    fused_run = outputs_and_gradients(half)
+    matmul_run = outputs_and_gradients(half, return_attention_scores=True)  # the weights need the matmuls
+    for name, reference in exact_run.items():
+        fused, matmuls = (np.linalg.norm(run[name] - reference) / np.linalg.norm(reference)
+                          for run in (fused_run, matmul_run))
+        assert fused < 3e-2 and fused < 1.5 * matmuls + 1e-3, (name, fused, matmuls)
