@@ -40,6 +40,8 @@ EARLIER_CPU_RUN = "suite_cpu_2026-11-22.json"
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
               EARLIER_CPU_RUN, "suite_cpu_2026-11-25_first.json", "suite_cpu_2026-11-25_second.json",
               "suite_cpu.json")
+# The GPU suite before attention ran as cuDNN's fused kernel (docs/performance.md, "GPU suite").
+GPU_MATMUL_ATTENTION = "suite_gpu_jax_matmul_attention.json"
 DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax_2026-11-25.json", "suite_cpu_jax.json")
 
 _REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
@@ -141,6 +143,14 @@ def _probe_table(suite):
                   rows)
 
 
+def _first_call_table(suite):
+    """Each configuration's first call in its worker, whose framework was already imported."""
+    labels = [im["label"] for im in suite["settings"]["implementations"]]
+    rows = [[r["task"], r["variant"], r["batch"]] + [f"{r['first_call_s_warm_process'][label]:.1f}" for label in labels]
+            for r in suite["results"]]
+    return _table(["task", "variant", "batch"] + [f"{_short(label)}: first call s" for label in labels], rows)
+
+
 def _targets_table(suite):
     met = {True: "yes", False: "NO", None: "-"}
     rows = [[c["target"], f"{c['goal']:g}", "-" if c["measured"] is None else f"{c['measured']:.2f}", met[c["met"]]]
@@ -156,10 +166,23 @@ def suite_region(name):
             "Throughput: images/s median (min-max) over the rounds and the median share of the matmul limit; "
             "the ratio to timm is taken within each round, median (min-max).",
             _throughput_table(suite),
-            "First call and peak memory, each in a fresh process (compile = first call - a steady call):",
-            _probe_table(suite),
+            *(["First call and peak memory, each in a fresh process (compile = first call - a steady call):",
+               _probe_table(suite)] if suite["probes"] else
+              ["First call of each configuration (build excluded: tracing, compiling and one call), in its "
+               "worker, framework already imported:", _first_call_table(suite)]),
             _targets_table(suite)])
     return region
+
+
+def gpu_attention_region(results):
+    before, after = _load(results, GPU_MATMUL_ATTENTION), _load(results, "suite_gpu_jax.json")
+    rows = [[r["task"], r["variant"], r["batch"]] + [_vs_timm(suite, r["task"], r["variant"], r["batch"])
+                                                     for suite in (before, after)] for r in after["results"]]
+    return ("keras_vit XLA / timm compile, median (min-max) of the per-round ratios: attention by the matmuls "
+            f"({_provenance(GPU_MATMUL_ATTENTION, before)}) and by cuDNN's fused kernel "
+            f"({_provenance('suite_gpu_jax.json', after)}). Each run had a lent machine of its own; each ratio is "
+            "taken within its run.\n\n" + _table(["task", "variant", "batch", "matmuls / timm", "cuDNN fused / timm"],
+                                                   rows))
 
 
 def _vs_timm(suite, task, variant, batch, label="keras_vit XLA"):
@@ -382,6 +405,8 @@ REGIONS = {
     "suite-cpu-jax": suite_region("suite_cpu_jax.json"),
     "suite-drift": drift_region(DRIFT_RUNS, "TensorFlow"),
     "suite-drift-jax": drift_region(DRIFT_RUNS_JAX, "Keras' JAX backend"),
+    "suite-gpu": suite_region("suite_gpu_jax.json"),
+    "gpu-attention": gpu_attention_region,
     "export-latency": export_latency_region,
     "tflite-int8-ops": tflite_int8_ops_region,
     "serving-latency": serving_latency_region,
@@ -400,6 +425,8 @@ SOURCES = {
     "suite-cpu-jax": ("suite_cpu_jax.json",),
     "suite-drift": DRIFT_RUNS,
     "suite-drift-jax": DRIFT_RUNS_JAX,
+    "suite-gpu": ("suite_gpu_jax.json",),
+    "gpu-attention": (GPU_MATMUL_ATTENTION, "suite_gpu_jax.json"),
     "export-latency": ("export_latency_cpu.json",),
     "tflite-int8-ops": ("tflite_int8_ops_cpu.json",),
     "serving-latency": ("serving_latency_cpu.json",),

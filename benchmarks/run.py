@@ -14,7 +14,7 @@ rounds with the min-max spread, so a noisy machine shows as noise.
 
 keras_vit runs on the Keras backend that `KERAS_BACKEND` names: TensorFlow by
 default, JAX where TensorFlow cannot be installed (the lent GPU machines: see
-"Running the GPU suite" in docs/performance.md); its matmul is then JAX's.
+"GPU suite" in docs/performance.md); its matmul is then JAX's.
 
 FLOPs are analytic (`benchmarks.common.vit_forward_flops`): a forward pass is
 2 x the multiply-adds of every matmul, a training step 3 x the forward.
@@ -397,7 +397,8 @@ def measure_all(workers, suite):
     for task, configs in (("inference", suite.inference), ("training", suite.training)):
         for variant, batch in configs:
             results.append(measure(workers, suite, task, variant, batch, suite.seconds))
-            rates = ", ".join(f"{label} {s['images_per_s']['median']:.1f}" for label, s in results[-1]["summary"].items())
+            rates = ", ".join(f"{label} {s['images_per_s']['median']:.1f}"
+                              for label, s in results[-1]["summary"].items())
             print(f"measured {task} {variant} batch {batch}: images/s {rates}", flush=True)
     return versions, results
 

@@ -40,7 +40,9 @@ def test_tiny_suites_alternate_keras_vit_and_timm_and_write_json(tmp_path):
 
 def check_tiny_suite(suite, backend, folder, result):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert "x timm" in result.stdout and "peak RSS MB" in result.stdout
+    probed = {im.label for im in run.SUITES[suite].implementations if im.probed}
+    assert "x timm" in result.stdout and "first call s" in result.stdout
+    assert ("peak RSS MB" in result.stdout) == bool(probed)  # the GPU suite probes nothing (BUILD.md)
     payload = json.loads((folder / "suite.json").read_text())
     assert not list(folder.glob("*.tmp*")), "a temporary file was left behind"
     labels = {im.label for im in run.SUITES[suite].implementations}
@@ -55,13 +57,14 @@ def check_tiny_suite(suite, backend, folder, result):
             assert set(r["matmul_gflops"]) == libraries
             assert all(rate > 0 for rate in r["images_per_s"].values())
         assert result["summary"][peer]["vs_timm"]["median"] == 1.0
-    probed = {im.label for im in run.SUITES[suite].implementations if im.probed}
+        assert set(result["first_call_s_warm_process"]) == labels
     assert {(p["task"], p["implementation"]) for p in payload["probes"]} == {
         (task, label) for task in ("inference", "training") for label in probed}
     assert len(payload["probes"]) == len(probed) * (1 + len(run.shrink(run.SUITES[suite]).compile_probes))
     assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > p["compile_s"] for p in payload["probes"])
     assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["backend"] == backend
     assert payload["versions"]["keras_vit"][backend] and "gpu" in payload["machine"]
+    assert payload["versions"]["keras_vit"]["device"] == payload["versions"]["timm"]["device"] == "cpu"
 
 
 def test_flops_follow_the_stated_formula():
@@ -111,3 +114,26 @@ def test_a_dying_worker_is_reported_with_its_output():
     worker.process.wait()
     with pytest.raises(RuntimeError, match=r"(?s)exited \(code 2\).*invalid choice: 'no_such_side'"):
         worker.ask("versions")
+
+
+class _Answering:
+    """A worker that answers `versions` only."""
+
+    def __init__(self, device):
+        self.device = device
+
+    def ask(self, op, **arguments):
+        assert op == "versions", op  # nothing is prepared or timed before the devices are checked
+        return {"versions": {"device": self.device}}
+
+
+def test_a_worker_that_sees_no_gpu_stops_the_suite_on_a_gpu_machine(monkeypatch):
+    suite = run.shrink(run.SUITES["gpu"])
+    machine = run.common.machine()
+    monkeypatch.setattr(run.common, "machine", lambda: {**machine, "gpu": "NVIDIA H200"})
+    workers = {"keras_vit": _Answering("cpu"), "timm": _Answering("NVIDIA H200")}
+    with pytest.raises(SystemExit, match=r"has a GPU \(NVIDIA H200\), but keras_vit sees none"):
+        run.measure_all(workers, suite)
+    monkeypatch.setattr(run.common, "machine", lambda: {**machine, "gpu": None})  # a CPU machine: no check
+    with pytest.raises(AssertionError, match="prepare"):
+        run.measure_all(workers, suite)

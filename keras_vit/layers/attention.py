@@ -35,8 +35,8 @@ def cudnn_attention(query, key, value):
     the softmax in float32. At ViT's 197 tokens cuDNN runs the forward pass as
     it is, but its backward only with the tokens padded to a multiple of 64 and
     the padding masked out (JAX refuses the other while tracing; seen on
-    2026-11-26). On an H200, B/16 in bf16 at batch 256 so ran inference 1.25x
-    and training 1.17x faster (docs/performance.md).
+    2026-11-26). On an H200 it brought B/16's bf16 inference and training
+    close to timm's under `torch.compile` (docs/performance.md, "GPU suite").
     """
     if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(query.dtype) not in (
             "bfloat16", "float16"):
