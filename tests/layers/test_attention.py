@@ -124,7 +124,7 @@ def test_bad_arguments(kwargs, message):
         MultiHeadSelfAttention(**kwargs)(X)
 
 
-def test_fused_attention_runs_at_inference_only_and_its_result_is_used(monkeypatch):
+def test_fused_attention_is_asked_where_the_weights_are_not_needed_and_its_answer_used(monkeypatch):
     """The call site of cuDNN's kernel, on any backend: a stand-in answers zeros where it is asked."""
     asked = []
 
