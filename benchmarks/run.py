@@ -55,7 +55,6 @@ class Implementation:
     impl: str  # a key of benchmarks.worker.SIDES
     compiled: bool  # keras_vit: XLA; timm: torch.compile
     scan_layers: bool = False  # keras_vit: ViT(scan_layers=True)
-    probed: bool = True  # also measured in fresh processes (first call, peak memory)
 
     def options(self):
         """What the worker's `prepare` gets beside the workload."""
@@ -71,7 +70,7 @@ class Suite:
     inference: tuple  # (variant, batch) pairs
     training: tuple
     implementations: tuple
-    memory_probe: tuple  # (variant, batch) of the fresh-process inference probe
+    memory_probe: tuple  # (variant, batch) of the fresh-process inference probe, or None
     compile_probes: tuple  # (variant, batch) pairs of the fresh-process training probes
     rounds: int
     seconds: float
@@ -106,9 +105,9 @@ SUITES = {
         # host memory, not the GPU's.
         inference=(("B/16", 8), ("B/16", 256)),
         training=(("B/16", 256),),
-        implementations=(Implementation("keras_vit XLA", "keras_vit", True, probed=False),
-                         Implementation("timm compile", "timm", True, probed=False)),
-        memory_probe=("B/16", 8), compile_probes=(("B/16", 256),), rounds=3, seconds=1.5, numpy_matmul=False),
+        implementations=(Implementation("keras_vit XLA", "keras_vit", True),
+                         Implementation("timm compile", "timm", True)),
+        memory_probe=None, compile_probes=(), rounds=3, seconds=1.5, numpy_matmul=False),
 }
 
 
@@ -116,8 +115,8 @@ def shrink(suite):
     """The suite's settings on a seconds-long workload: a 1-layer Ti/16 at 32 px (tests/test_run.py)."""
     return dataclasses.replace(
         suite, threads=min(suite.threads, 2), image_size=32, num_layers=1, matmul_shape=(64, 64, 64),
-        inference=(("Ti/16", 1),), training=(("Ti/16", 2),), memory_probe=("Ti/16", 1),
-        compile_probes=(("Ti/16", 2),), rounds=2, seconds=0.05, concurrent_probes=2)
+        inference=(("Ti/16", 1),), training=(("Ti/16", 2),), memory_probe=suite.memory_probe and ("Ti/16", 1),
+        compile_probes=(("Ti/16", 2),) if suite.compile_probes else (), rounds=2, seconds=0.05, concurrent_probes=2)
 
 
 class WorkerProcess:
@@ -262,9 +261,9 @@ def probe(python, impl, threads, **task):
 
 
 def run_probes(suite, pythons):
-    workloads = [("inference", suite.memory_probe)] + [("training", probe) for probe in suite.compile_probes]
-    jobs = [(task, variant, batch, im) for task, (variant, batch) in workloads
-            for im in suite.implementations if im.probed]
+    workloads = ([("inference", suite.memory_probe)] if suite.memory_probe else []) + [
+        ("training", probe) for probe in suite.compile_probes]
+    jobs = [(task, variant, batch, im) for task, (variant, batch) in workloads for im in suite.implementations]
 
     def measure(job):
         task, variant, batch, im = job
@@ -380,10 +379,9 @@ def plan(args):
     return suite, pathlib.Path(args.out or ROOT / "benchmarks" / "results" / name)
 
 
-def measure_all(workers, suite):
-    """`(versions, results)`: every configuration of the suite, timed in the workers."""
+def measure_all(workers, suite, gpu):
+    """`(versions, results)`: every configuration of the suite, timed in the workers; `gpu`: the machine's."""
     versions = {impl: w.ask("versions")["versions"] for impl, w in workers.items()}
-    gpu = common.machine()["gpu"]
     blind = [impl for impl, found in versions.items() if gpu and found["device"] == "cpu"]
     if blind:  # it would time the CPU against the GPU, silently
         raise SystemExit(f"this machine has a GPU ({gpu}), but {' and '.join(blind)} sees none and would run on "
@@ -410,10 +408,11 @@ def main(argv=None):
     suite, out = plan(args)
     pythons = {impl: environment_python(impl, getattr(args, f"{impl}_python"), args.envs_dir)
                for impl in INSTALLS}
+    machine = common.machine()
     started = time.perf_counter()
     workers = {impl: WorkerProcess(pythons[impl], impl, suite.threads) for impl in pythons}
     try:
-        versions, results = measure_all(workers, suite)
+        versions, results = measure_all(workers, suite, machine["gpu"])
     finally:
         for worker in workers.values():
             worker.close()
@@ -425,7 +424,7 @@ def main(argv=None):
           f"({_compute_dtype(suite)}, {suite.threads} threads, shape {suite.matmul_shape}); "
           f"suite took {time.perf_counter() - started:.0f} s")
     common.write_json(out, {
-        "suite": args.suite, "machine": common.machine(), "versions": versions,
+        "suite": args.suite, "machine": machine, "versions": versions,
         "settings": {**dataclasses.asdict(suite), "flops": "forward = 2 x multiply-adds of every matmul; "
                                                              "training step = 3 x forward"},
         "matmul_limit_gflops": common.summarize(limits), "results": results, "probes": probes, "targets": checks,

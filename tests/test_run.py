@@ -40,7 +40,10 @@ def test_tiny_suites_alternate_keras_vit_and_timm_and_write_json(tmp_path):
 
 def check_tiny_suite(suite, backend, folder, result):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    probed = {im.label for im in run.SUITES[suite].implementations if im.probed}
+    tiny = run.shrink(run.SUITES[suite])
+    probed = [("training", workload) for workload in tiny.compile_probes]  # (task, (variant, batch))
+    if tiny.memory_probe:
+        probed.append(("inference", tiny.memory_probe))
     assert "x timm" in result.stdout and "first call s" in result.stdout
     assert ("peak RSS MB" in result.stdout) == bool(probed)  # the GPU suite probes nothing (BUILD.md)
     payload = json.loads((folder / "suite.json").read_text())
@@ -58,9 +61,8 @@ def check_tiny_suite(suite, backend, folder, result):
             assert all(rate > 0 for rate in r["images_per_s"].values())
         assert result["summary"][peer]["vs_timm"]["median"] == 1.0
         assert set(result["first_call_s_warm_process"]) == labels
-    assert {(p["task"], p["implementation"]) for p in payload["probes"]} == {
-        (task, label) for task in ("inference", "training") for label in probed}
-    assert len(payload["probes"]) == len(probed) * (1 + len(run.shrink(run.SUITES[suite]).compile_probes))
+    assert sorted((p["task"], (p["variant"], p["batch"]), p["implementation"]) for p in payload["probes"]) == sorted(
+        (task, workload, label) for task, workload in probed for label in labels)
     assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > p["compile_s"] for p in payload["probes"])
     assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["backend"] == backend
     assert payload["versions"]["keras_vit"][backend] and "gpu" in payload["machine"]
@@ -127,13 +129,10 @@ class _Answering:
         return {"versions": {"device": self.device}}
 
 
-def test_a_worker_that_sees_no_gpu_stops_the_suite_on_a_gpu_machine(monkeypatch):
+def test_a_worker_that_sees_no_gpu_stops_the_suite_on_a_gpu_machine():
     suite = run.shrink(run.SUITES["gpu"])
-    machine = run.common.machine()
-    monkeypatch.setattr(run.common, "machine", lambda: {**machine, "gpu": "NVIDIA H200"})
     workers = {"keras_vit": _Answering("cpu"), "timm": _Answering("NVIDIA H200")}
     with pytest.raises(SystemExit, match=r"has a GPU \(NVIDIA H200\), but keras_vit sees none"):
-        run.measure_all(workers, suite)
-    monkeypatch.setattr(run.common, "machine", lambda: {**machine, "gpu": None})  # a CPU machine: no check
-    with pytest.raises(AssertionError, match="prepare"):
-        run.measure_all(workers, suite)
+        run.measure_all(workers, suite, gpu="NVIDIA H200")
+    with pytest.raises(AssertionError, match="prepare"):  # a CPU machine: no check
+        run.measure_all(workers, suite, gpu=None)
