@@ -40,8 +40,10 @@ EARLIER_CPU_RUN = "suite_cpu_2026-11-22.json"
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
               EARLIER_CPU_RUN, "suite_cpu_2026-11-25_first.json", "suite_cpu_2026-11-25_second.json",
               "suite_cpu.json")
-# The GPU suite before attention ran as cuDNN's fused kernel (docs/performance.md, "GPU suite").
+# The GPU suite on an H200 (the first GPU lent), before and after attention ran as cuDNN's fused kernel
+# (docs/performance.md, "GPU suite"); suite_gpu_jax.json is the H100 that issue 18 names.
 GPU_MATMUL_ATTENTION = "suite_gpu_jax_matmul_attention.json"
+GPU_H200 = "suite_gpu_jax_h200.json"
 DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax_2026-11-25.json", "suite_cpu_jax.json")
 
 _REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
@@ -175,12 +177,12 @@ def suite_region(name):
 
 
 def gpu_attention_region(results):
-    before, after = _load(results, GPU_MATMUL_ATTENTION), _load(results, "suite_gpu_jax.json")
+    before, after = _load(results, GPU_MATMUL_ATTENTION), _load(results, GPU_H200)
     rows = [[r["task"], r["variant"], r["batch"]] + [_vs_timm(suite, r["task"], r["variant"], r["batch"])
                                                      for suite in (before, after)] for r in after["results"]]
     return ("keras_vit XLA / timm compile, median (min-max) of the per-round ratios: attention by the matmuls "
             f"({_provenance(GPU_MATMUL_ATTENTION, before)}) and by cuDNN's fused kernel "
-            f"({_provenance('suite_gpu_jax.json', after)}). Each run had a lent machine of its own; each ratio is "
+            f"({_provenance(GPU_H200, after)}). Each run had a lent machine of its own; each ratio is "
             "taken within its run.\n\n" + _table(["task", "variant", "batch", "matmuls / timm", "cuDNN fused / timm"],
                                                    rows))
 
@@ -406,6 +408,7 @@ REGIONS = {
     "suite-drift": drift_region(DRIFT_RUNS, "TensorFlow"),
     "suite-drift-jax": drift_region(DRIFT_RUNS_JAX, "Keras' JAX backend"),
     "suite-gpu": suite_region("suite_gpu_jax.json"),
+    "suite-gpu-h200": suite_region(GPU_H200),
     "gpu-attention": gpu_attention_region,
     "export-latency": export_latency_region,
     "tflite-int8-ops": tflite_int8_ops_region,
@@ -426,7 +429,8 @@ SOURCES = {
     "suite-drift": DRIFT_RUNS,
     "suite-drift-jax": DRIFT_RUNS_JAX,
     "suite-gpu": ("suite_gpu_jax.json",),
-    "gpu-attention": (GPU_MATMUL_ATTENTION, "suite_gpu_jax.json"),
+    "suite-gpu-h200": (GPU_H200,),
+    "gpu-attention": (GPU_MATMUL_ATTENTION, GPU_H200),
     "export-latency": ("export_latency_cpu.json",),
     "tflite-int8-ops": ("tflite_int8_ops_cpu.json",),
     "serving-latency": ("serving_latency_cpu.json",),

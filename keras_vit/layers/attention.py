@@ -45,18 +45,20 @@ def cudnn_attention(query, key, value):
 
     if jax.default_backend() != "gpu":
         return None
+    def fused(*qkv, **lengths):
+        return jax.nn.dot_product_attention(*qkv, scale=1.0, implementation="cudnn", **lengths)
+
     refused = (NotImplementedError, ValueError, RuntimeError)  # a shape, version or gradient cuDNN does not take
     try:
-        return jax.nn.dot_product_attention(query, key, value, scale=1.0, implementation="cudnn")
+        return fused(query, key, value)
     except refused:
         pass
     tokens = query.shape[1]
     padding = ((0, 0), (0, -tokens % 64), (0, 0), (0, 0))
     lengths = jax.numpy.full_like(query[:, 0, 0, 0], tokens, dtype="int32")
     try:
-        attended = jax.nn.dot_product_attention(
-            *(jax.numpy.pad(x, padding) for x in (query, key, value)), scale=1.0, query_seq_lengths=lengths,
-            key_value_seq_lengths=lengths, implementation="cudnn")
+        attended = fused(*(jax.numpy.pad(x, padding) for x in (query, key, value)),
+                         query_seq_lengths=lengths, key_value_seq_lengths=lengths)
     except refused:
         return None
     return attended[:, :tokens]
