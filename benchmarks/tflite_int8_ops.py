@@ -58,15 +58,13 @@ def ops():
 
 
 def convert(fn, shapes, quantize, unfold):
-    """A one-op TFLite model, float32 or int8 as `export.tflite` converts (int8 in and out, no float edges)."""
+    """A one-op TFLite model, converted with the exporter's settings but int8 in and out (no float edges)."""
     function = tf.function(fn, input_signature=[tf.TensorSpec(shape, tf.float32) for shape in shapes])
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function.get_concrete_function()], tf.Module())
+    rng = np.random.default_rng(1)
+    tflite.set_quantization(converter, quantize, lambda: (
+        [rng.normal(size=shape).astype("float32") for shape in shapes] for _ in range(8)))
     if quantize == "int8":
-        rng = np.random.default_rng(1)
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: (
-            [rng.normal(size=shape).astype("float32") for shape in shapes] for _ in range(8))
-        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.inference_input_type = converter.inference_output_type = tf.int8
         converter.unfold_batchmatmul = unfold
     return converter.convert()

@@ -129,7 +129,7 @@ def convert(model, quantize="none", representative_images=None):
 
     with _int8_layer_norms(model) if quantize == "int8" else contextlib.nullcontext():
         converter = _converter(model, shape)
-    _set_quantization(converter, quantize, representative_images)
+    set_quantization(converter, quantize, lambda: ([image[None]] for image in representative_images))
     tflite_bytes = _quantize_int8(converter) if quantize == "int8" else converter.convert()
     custom = non_builtin_ops(tflite_bytes)
     if custom:
@@ -187,14 +187,18 @@ def _layer_norm(layer, inputs):
     return ops.cast(centered * (inverse * layer.gamma) + layer.beta, layer.compute_dtype)
 
 
-def _set_quantization(converter, quantize, representative_images):
-    """Sets the converter's optimizations, op sets and types for one of `QUANTIZATIONS`."""
+def set_quantization(converter, quantize, representative_dataset=None):
+    """Sets the converter's optimizations, op sets and types for one of `QUANTIZATIONS`.
+
+    `representative_dataset`: for `"int8"`, a callable that yields lists of
+    input arrays to calibrate on (TFLite's convention).
+    """
     if quantize != "none":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantize == "float16":
         converter.target_spec.supported_types = [tf.float16]
     elif quantize == "int8":
-        converter.representative_dataset = lambda: ([image[None]] for image in representative_images)
+        converter.representative_dataset = representative_dataset
         # INT8 alone converts ViT, GELU, softmax and LayerNorm included (see the
         # module docstring), so there is no TFLITE_BUILTINS float fallback: a
         # model that needs one fails here rather than silently running in float.

@@ -93,12 +93,12 @@ def _load_tfds(name, split, data_dir):
         _check_split(split, builder.info.splits, name)
     builder.download_and_prepare()
     _check_split(split, builder.info.splits, name)
-    ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config())
     encoded = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config(),
                                  decoders={"image": tfds.decode.SkipDecoding()})
     info = builder.info
-    return Source(ds, info.splits[split].num_examples, info.features["label"].num_classes,
-                  info.features["image"].shape[-1] or 3, encoded=encoded)
+    channels = info.features["image"].shape[-1] or 3
+    return Source(_decoded(encoded, channels), info.splits[split].num_examples, info.features["label"].num_classes,
+                  channels, encoded=encoded)
 
 
 def _load_folder(root, split, skip_bad_images):
