@@ -93,6 +93,21 @@ def test_head_starts_at_zero_and_softmax_is_the_default():
     np.testing.assert_allclose(np.asarray(model(IMAGES[:, :, :32])), 0.2, atol=1e-6)
 
 
+@pytest.mark.parametrize("config", [{}, {"position_embedding": "relative_2d"}, {"scan_layers": True}])
+def test_every_random_weight_draws_values_of_its_own(config):
+    # A Keras initializer fixes its seed when it is made, so one shared by two weights gives both the same
+    # values: until 2026-11-26 the attention's query, key, value and output kernels all started equal.
+    model = tiny(**config)
+    draws = {}
+    for weight in model.weights:
+        value = np.asarray(weight)
+        for i, draw in enumerate(value if "encoder/" in weight.path and config.get("scan_layers") else [value]):
+            if np.unique(draw).size > 1:  # not a constant (zeros, ones)
+                draws.setdefault(np.sort(draw, axis=None).tobytes(), []).append(f"{weight.path}[{i}]")
+    assert len(draws) > 4 * TINY["num_layers"]
+    assert [paths for paths in draws.values() if len(paths) > 1] == []
+
+
 def test_without_top_returns_pooled_features_and_tokens_are_reachable():
     model = tiny(include_top=False)
     randomize_weights(model, scale=0.2)

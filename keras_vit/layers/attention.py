@@ -139,24 +139,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         head_dim = width // self.num_heads
         # Xavier-uniform over the flat (width, heads * head_dim) matrix, as
-        # the official code initialises its DenseGeneral kernels.
+        # the official code initialises its DenseGeneral kernels. One
+        # initializer per weight: a Keras initializer fixes its seed when it is
+        # made, so one shared by the four kernels would give them equal values.
         limit = math.sqrt(6.0 / (width + self.num_heads * head_dim))
-        kernel_init = keras.initializers.RandomUniform(-limit, limit)
         projection = (width, self.num_heads, head_dim)
         for name in ("query", "key", "value"):
             setattr(self, f"{name}_kernel", self.add_weight(
-                name=f"{name}_kernel", shape=projection, initializer=kernel_init))
+                name=f"{name}_kernel", shape=projection, initializer=keras.initializers.RandomUniform(-limit, limit)))
             setattr(self, f"{name}_bias", self.add_weight(
                 name=f"{name}_bias", shape=projection[1:], initializer="zeros"))
         self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(self.num_heads, head_dim, width), initializer=kernel_init
+            name="output_kernel", shape=(self.num_heads, head_dim, width),
+            initializer=keras.initializers.RandomUniform(-limit, limit),
         )
         self.output_bias = self.add_weight(name="output_bias", shape=(width,), initializer="zeros")
-        # N(0, 0.02), as the official position table.
-        table_init = keras.initializers.RandomNormal(stddev=0.02)
         shapes = self.position.weight_shapes(width, self.grid_size, self.num_prefix_tokens, self.num_heads)
-        for name, shape in shapes.items():  # self.relative_embedding, ...
-            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=table_init))
+        for name, shape in shapes.items():  # self.relative_embedding, ...: N(0, 0.02), as the official position table
+            setattr(self, name, self.add_weight(
+                name=name, shape=shape, initializer=keras.initializers.RandomNormal(stddev=0.02)))
         self.dropout.build(None)
 
     def _position_weights(self):
