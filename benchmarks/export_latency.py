@@ -1,7 +1,8 @@
 """Batch-1 latency of Keras, the SavedModel and every TFLite variant on this machine.
 
 For ViT-Ti/16 and S/16 at 224 px (random weights: latency does not depend on
-them), rounds alternate the runtimes; each round also times a float32 GEMM so
+their values, as long as no two are equal, which the converter would merge),
+rounds alternate the runtimes; each round also times a float32 GEMM so
 the spread of the machine shows. Prints a table (median and min-max
 milliseconds, and the ratio to Keras in the same round) and writes JSON.
 

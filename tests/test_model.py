@@ -93,10 +93,12 @@ def test_head_starts_at_zero_and_softmax_is_the_default():
     np.testing.assert_allclose(np.asarray(model(IMAGES[:, :, :32])), 0.2, atol=1e-6)
 
 
-@pytest.mark.parametrize("config", [{}, {"position_embedding": "relative_2d"}, {"scan_layers": True}])
+@pytest.mark.parametrize("config", [{}, {"position_embedding": "learned_2d", "image_size": 32},
+                                    {"position_embedding": "relative_2d"}, {"scan_layers": True}])
 def test_every_random_weight_draws_values_of_its_own(config):
     # A Keras initializer fixes its seed when it is made, so one shared by two weights gives both the same
-    # values: until 2026-11-26 the attention's query, key, value and output kernels all started equal.
+    # values: until 2026-11-26 the attention's query, key, value and output kernels all started equal, and
+    # so did learned_2d's row and column tables on a square grid.
     model = tiny(**config)
     draws = {}
     for weight in model.weights:

@@ -45,6 +45,7 @@ def cudnn_attention(query, key, value):
 
     if jax.default_backend() != "gpu":
         return None
+
     def fused(*qkv, **lengths):
         return jax.nn.dot_product_attention(*qkv, scale=1.0, implementation="cudnn", **lengths)
 
@@ -139,19 +140,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         head_dim = width // self.num_heads
         # Xavier-uniform over the flat (width, heads * head_dim) matrix, as
-        # the official code initialises its DenseGeneral kernels. One
-        # initializer per weight: a Keras initializer fixes its seed when it is
-        # made, so one shared by the four kernels would give them equal values.
+        # the official code initialises its DenseGeneral kernels.
         limit = math.sqrt(6.0 / (width + self.num_heads * head_dim))
+
+        def kernel_init():
+            # One per weight: a Keras initializer fixes its seed when it is
+            # made, so one shared by the four kernels gives them equal values.
+            return keras.initializers.RandomUniform(-limit, limit)
+
         projection = (width, self.num_heads, head_dim)
         for name in ("query", "key", "value"):
             setattr(self, f"{name}_kernel", self.add_weight(
-                name=f"{name}_kernel", shape=projection, initializer=keras.initializers.RandomUniform(-limit, limit)))
+                name=f"{name}_kernel", shape=projection, initializer=kernel_init()))
             setattr(self, f"{name}_bias", self.add_weight(
                 name=f"{name}_bias", shape=projection[1:], initializer="zeros"))
         self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(self.num_heads, head_dim, width),
-            initializer=keras.initializers.RandomUniform(-limit, limit),
+            name="output_kernel", shape=(self.num_heads, head_dim, width), initializer=kernel_init()
         )
         self.output_bias = self.add_weight(name="output_bias", shape=(width,), initializer="zeros")
         shapes = self.position.weight_shapes(width, self.grid_size, self.num_prefix_tokens, self.num_heads)

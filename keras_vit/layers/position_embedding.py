@@ -18,6 +18,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit import positions
+from keras_vit.layers.initializers import fresh_copy
 from keras_vit.layers.utils import check_choice, to_pair
 from keras_vit.positions.sincos_2d import sincos_2d  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
@@ -96,8 +97,11 @@ class PositionEmbedding(keras.layers.Layer):
                 f"received shape {tuple(patches_shape)}"
             )
         shapes = self.position.weight_shapes(patches_shape[-1], self.grid_size, self.prefix_rows)
-        for name, shape in shapes.items():  # e.g. self.embedding: the official (1, 1 + N, D) table
-            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=self.initializer))
+        for index, (name, shape) in enumerate(shapes.items()):  # e.g. self.embedding: the official (1, 1 + N, D)
+            # The first table draws from `initializer` (a seeded one repeats); the others, e.g. learned_2d's
+            # column table beside its row table, from copies with seeds of their own.
+            initializer = fresh_copy(self.initializer) if index else self.initializer
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=initializer))
 
     def grid_table(self, rows, cols, width, tables=None):
         """The `(rows * cols, width)` embeddings of a grid, or None for "none".

@@ -14,6 +14,7 @@ from keras import ops
 
 from keras_vit.layers.drop_path import linear_rate
 from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.initializers import fresh_copy
 
 # Draws a block makes from one seed generator per call, at most.
 _DRAWS_PER_GENERATOR = 2
@@ -32,11 +33,7 @@ class _PerBlock(keras.initializers.Initializer):
         self.num = num
 
     def __call__(self, shape, dtype=None):
-        config = self.initializer.get_config()
-        copies = [
-            type(self.initializer).from_config({**config, "seed": None}) if "seed" in config else self.initializer
-            for _ in range(self.num)
-        ]
+        copies = [fresh_copy(self.initializer) for _ in range(self.num)]
         return ops.stack([copy(shape[1:], dtype=dtype) for copy in copies])
 
 
