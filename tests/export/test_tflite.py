@@ -134,10 +134,10 @@ def test_int8_layer_norm_is_keras_layer_norm():
 
 def test_int8_needs_the_class_token_kept_in_float(trained, variants, monkeypatch):
     # The class token (|x| <= 0.06 with its position) shares the int8 scale of
-    # patch tokens about 50x larger; quantized with them, the logits move about twice as far (here
-    # 99.2% top-1 agreement against 99.8%, 1.39 against 0.77 at most; 1.9x on
-    # average). Before 2026-11-26, on a model whose attention kernels started
-    # equal, it was 98.2% against 99.6% and 3.8 against 0.7.
+    # patch tokens about 50x larger; quantized with them, the logits move about
+    # twice as far (here 99.2% top-1 agreement against 99.8%, 1.39 against 0.77
+    # at most; 1.9x on average). Before 2026-11-26, on a model whose attention
+    # kernels started equal, it was 98.2% against 99.6% and 3.8 against 0.7.
     model, held_out, calibration = trained
     assert np.abs(model.get_layer("class_token").weights[0].numpy()).max() < 0.05
     monkeypatch.setattr(tflite, "FLOAT_IN_INT8", re.compile("matches no tensor"))
