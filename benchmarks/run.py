@@ -80,6 +80,12 @@ class Suite:
     # only where the figures mean nothing (--tiny, which checks the machinery).
     concurrent_probes: int = 1
 
+    @property
+    def probe_workloads(self):
+        """(task, (variant, batch)) of every fresh-process probe: the memory probe, then the compile probes."""
+        return ([("inference", self.memory_probe)] if self.memory_probe else []) + [
+            ("training", probe) for probe in self.compile_probes]
+
 
 _CPU_IMPLEMENTATIONS = (
     Implementation("keras_vit XLA", "keras_vit", True),
@@ -261,9 +267,8 @@ def probe(python, impl, threads, **task):
 
 
 def run_probes(suite, pythons):
-    workloads = ([("inference", suite.memory_probe)] if suite.memory_probe else []) + [
-        ("training", probe) for probe in suite.compile_probes]
-    jobs = [(task, variant, batch, im) for task, (variant, batch) in workloads for im in suite.implementations]
+    jobs = [(task, variant, batch, im) for task, (variant, batch) in suite.probe_workloads
+            for im in suite.implementations]
 
     def measure(job):
         task, variant, batch, im = job

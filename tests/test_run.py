@@ -40,10 +40,8 @@ def test_tiny_suites_alternate_keras_vit_and_timm_and_write_json(tmp_path):
 
 def check_tiny_suite(suite, backend, folder, result):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    tiny = run.shrink(run.SUITES[suite])
-    probed = [("training", workload) for workload in tiny.compile_probes]  # (task, (variant, batch))
-    if tiny.memory_probe:
-        probed.append(("inference", tiny.memory_probe))
+    probed = run.shrink(run.SUITES[suite]).probe_workloads
+    assert [task for task, _ in probed] == (["inference", "training"] if suite == "cpu" else [])
     assert "x timm" in result.stdout and "first call s" in result.stdout
     assert ("peak RSS MB" in result.stdout) == bool(probed)  # the GPU suite probes nothing (BUILD.md)
     payload = json.loads((folder / "suite.json").read_text())

@@ -143,9 +143,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # the official code initialises its DenseGeneral kernels.
         limit = math.sqrt(6.0 / (width + self.num_heads * head_dim))
 
-        def kernel_init():
-            # One per weight: a Keras initializer fixes its seed when it is
-            # made, so one shared by the four kernels gives them equal values.
+        def kernel_init():  # one per weight (keras_vit.layers.initializers says why)
             return keras.initializers.RandomUniform(-limit, limit)
 
         projection = (width, self.num_heads, head_dim)

@@ -23,9 +23,8 @@ _DRAWS_PER_GENERATOR = 2
 class _PerBlock(keras.initializers.Initializer):
     """Stacks `num` independent draws of a block weight's own initializer.
 
-    A Keras initializer gives the same values at every call (its seed is
-    fixed when it is made), so each block draws from a fresh copy, as each
-    unrolled block would.
+    Each block draws from a fresh copy (`fresh_copy`), as each unrolled block
+    would.
     """
 
     def __init__(self, initializer, num):
