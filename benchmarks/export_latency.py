@@ -4,9 +4,10 @@ For ViT-Ti/16 and S/16 at 224 px (random weights: latency does not depend on
 their values, as long as no two are equal, which the converter would merge),
 rounds alternate the runtimes; each round also times a float32 GEMM so
 the spread of the machine shows. Prints a table (median and min-max
-milliseconds, and the ratio to Keras in the same round) and writes JSON.
+milliseconds, and the ratios to Keras and to the SavedModel within each round)
+and writes JSON.
 
-    python -m benchmarks.export_latency [--variants=Ti/16,S/16] [--rounds=3] [--threads=N]
+    python -m benchmarks.export_latency [--variants=Ti/16,S/16] [--rounds=5] [--threads=N]
 
 Every runtime gets the same `--threads` (default: every core), as TensorFlow
 takes by default; LiteRT alone would take one.
@@ -27,7 +28,7 @@ from benchmarks import common  # noqa: E402
 from export import saved_model, tflite  # noqa: E402
 
 _VARIANTS = flags.DEFINE_list("variants", ["Ti/16", "S/16"], "ViT variants.")
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds.")
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Alternating rounds.")
 _SECONDS = flags.DEFINE_float("seconds", 1.5, "Seconds of calls per runtime and round.")
 _THREADS = flags.DEFINE_integer("threads", os.cpu_count(),
                                 "Threads of every runtime: TensorFlow's intra-op pool and LiteRT's interpreter.")
@@ -59,14 +60,18 @@ def main(argv):
         with tempfile.TemporaryDirectory() as folder:
             samples, gemms = common.alternating_rounds(runtimes(model, folder), _ROUNDS.value,
                                                        lambda call: 1000 * common.time_calls(call, _SECONDS.value))
-        keras_median = statistics.median(samples["keras (XLA)"])
         for name, ms in samples.items():
+            # Ratios within each round: the machine drifts between rounds more than within one.
+            paired = {"vs_keras": [a / b for a, b in zip(ms, samples["keras (XLA)"])],
+                      "speed_up_over_saved_model": [b / a for a, b in zip(ms, samples["saved_model"])]}
             summary = common.summarize(ms)
-            results.append({"variant": variant, "runtime": name, "latency_ms": summary,
+            results.append({"variant": variant, "runtime": name, "latency_ms": summary, "rounds_ms": ms,
+                            **{key: common.summarize(values) for key, values in paired.items()},
                             "gemm_gflops": common.summarize(gemms)})
             rows.append({"variant": variant, "runtime": name,
                          "ms (median, min-max)": f"{summary['median']:.1f} ({summary['min']:.1f}-{summary['max']:.1f})",
-                         "vs keras": f"{summary['median'] / keras_median:.2f}x"})
+                         "vs keras": f"{statistics.median(paired['vs_keras']):.2f}x",
+                         "over SavedModel": f"{statistics.median(paired['speed_up_over_saved_model']):.2f}x"})
     common.print_table(rows, list(rows[0]))
     common.write_json(_OUT.value, {"machine": common.machine(), "tensorflow": tf.__version__,
                                    "threads": _THREADS.value, "results": results})
