@@ -7,7 +7,7 @@ the spread of the machine shows. Prints a table (median and min-max
 milliseconds, and the ratios to Keras and to the SavedModel within each round)
 and writes JSON.
 
-    python -m benchmarks.export_latency [--variants=Ti/16,S/16] [--rounds=5] [--threads=N]
+    python -m benchmarks.export_latency [--variants=Ti/16,S/16] [--rounds=15] [--threads=N]
 
 Every runtime gets the same `--threads` (default: every core), as TensorFlow
 takes by default; LiteRT alone would take one.
@@ -28,8 +28,8 @@ from benchmarks import common  # noqa: E402
 from export import saved_model, tflite  # noqa: E402
 
 _VARIANTS = flags.DEFINE_list("variants", ["Ti/16", "S/16"], "ViT variants.")
-_ROUNDS = flags.DEFINE_integer("rounds", 5, "Alternating rounds.")
-_SECONDS = flags.DEFINE_float("seconds", 1.5, "Seconds of calls per runtime and round.")
+_ROUNDS = flags.DEFINE_integer("rounds", 15, "Alternating rounds: short ones, so that the ratios within a round pair close calls.")
+_SECONDS = flags.DEFINE_float("seconds", 0.5, "Seconds of calls per runtime and round.")
 _THREADS = flags.DEFINE_integer("threads", os.cpu_count(),
                                 "Threads of every runtime: TensorFlow's intra-op pool and LiteRT's interpreter.")
 _OUT = flags.DEFINE_string("out", "benchmarks/results/export_latency_cpu.json", "Where to write the JSON.")
