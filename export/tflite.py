@@ -186,7 +186,7 @@ def _litert_forms(model, quantize):
 
 
 def _layer_norm(layer, inputs):
-    """Keras' LayerNormalization in int8 SUB and MUL, which XNNPACK runs.
+    """Keras' LayerNormalization with SUB and MUL, which XNNPACK runs in int8.
 
     Keras computes `x * inverse + (beta - mean * inverse)`, with the variance
     from SQUARED_DIFFERENCE and `-mean` from NEG. LiteRT has no int8 NEG (the

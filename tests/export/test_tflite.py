@@ -138,6 +138,14 @@ def test_layernorm_and_attention_are_traced_in_ops_litert_runs_fast(trained, var
     assert not any("call" in vars(layer) for layer in model._flatten_layers())  # the tracing swap is undone
 
 
+def test_litert_layer_norm_is_keras_layer_norm():
+    norm = keras.layers.LayerNormalization(epsilon=1e-6)
+    x = np.random.default_rng(0).normal(3, 2, (2, 5, 8)).astype("float32")
+    norm.build(x.shape)
+    norm.gamma.assign(np.linspace(-2, 2, 8)), norm.beta.assign(np.linspace(1, -1, 8))
+    np.testing.assert_allclose(tflite._layer_norm(norm, x), norm(x), atol=1e-5)
+
+
 @pytest.mark.parametrize("config", [dict(num_heads=2, hidden_size=32), dict(num_heads=3, hidden_size=72)])
 def test_fused_attention_is_the_layers_function(config):
     # 72 / 3 = 24: a head width whose 1 / sqrt scale is inexact.
