@@ -530,7 +530,7 @@ def _refuse_unless_forced(quantize, result, force):
         raise ValueError(
             f"The {quantize!r} TFLite model is not within its tolerance {TOLERANCES[quantize]} of the "
             f"Keras model on {result['num_images']} images: {'; '.join(failures)}. Nothing was written; "
-            "pass force=True to write it anyway"
+            "pass force=True (on the command line, --force) to write it anyway"
         )
     if failures:
         warnings.warn(
