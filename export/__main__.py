@@ -81,6 +81,8 @@ def main(argv):
         model = loading.load_model(_MODEL.value, **sized)
         export = _saved_model if _FORMAT.value == "saved_model" else _tflite
         export(model, labels)
+    except tflite.ToleranceError as error:  # the flags were right; the converted model is not
+        raise SystemExit(str(error)) from error
     except ValueError as error:  # what the model or the flags cannot do, named by the check that found it
         raise app.UsageError(str(error)) from error
     return 0

@@ -485,6 +485,11 @@ def export_tflite(
         dict: `verify`'s numbers plus `quantize`, `float_ops`, `forced`,
         `output_dir`, `tflite_path`, `labels_path` (None without labels)
         and `metadata_path`.
+
+    Raises:
+        ToleranceError: the variant misses its tolerance and `force` is
+            False; nothing was written.
+        ValueError: an argument is not what the export takes.
     """
     output_dir, verify_images, labels = _check_export_arguments(model, output_dir, quantize, verify_images, labels)
     metadata = dict(metadata or {})
@@ -523,11 +528,15 @@ def _check_export_arguments(model, output_dir, quantize, verify_images, labels):
     return output_dir, verify_images, labels
 
 
+class ToleranceError(ValueError):
+    """A converted model is not within its stated tolerance of the Keras model, so nothing was written."""
+
+
 def _refuse_unless_forced(quantize, result, force):
     """Raises if `result` misses `TOLERANCES[quantize]`, or only warns under `force`; returns the misses."""
     failures = check_tolerance(quantize, result)
     if failures and not force:
-        raise ValueError(
+        raise ToleranceError(
             f"The {quantize!r} TFLite model is not within its tolerance {TOLERANCES[quantize]} of the "
             f"Keras model on {result['num_images']} images: {'; '.join(failures)}. Nothing was written; "
             "pass force=True (on the command line, --force) to write it anyway"
