@@ -37,3 +37,25 @@ def test_tflite_from_the_command_line(tmp_path):
                               f"--output={tmp_path / 'out2'}"], cwd=ROOT, capture_output=True, text=True,
                              timeout=300, env=env)
     assert missing.returncode != 0 and "pass --images=GLOB" in missing.stderr
+
+
+def test_a_missed_tolerance_is_an_error_not_a_usage_text(tmp_path):
+    # The flags are right and the model misses its bound (here made to, in a process of its own):
+    # the command exits 1 naming what missed and --force, without absl's usage text.
+    model = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
+                          classes=3, classifier_activation=None)
+    model.save(tmp_path / "m.keras")
+    (tmp_path / "img.png").write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), np.uint8)).numpy())
+    script = (  # `python -m export ...`, with the bound patched first
+        "import runpy, sys; from export import tflite\n"
+        "tflite.TOLERANCES['none'] = dict(max_abs=-1.0, agreement=1.0)\n"
+        f"sys.argv = ['export', '--model={tmp_path / 'm.keras'}', '--format=tflite', "
+        f"'--images={tmp_path / 'img.png'}', '--output={tmp_path / 'out'}']\n"
+        "runpy.run_module('export', run_name='__main__', alter_sys=True)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-2000:]
+    assert "not within its tolerance" in result.stderr and "--force" in result.stderr
+    assert "flags:" not in output and "USAGE" not in output  # absl's usage text
+    assert not (tmp_path / "out").exists()

@@ -241,28 +241,6 @@ def test_failed_verification_is_refused_unless_forced(trained, tmp_path, monkeyp
     assert json.loads((tmp_path / "forced" / "metadata.json").read_text())["forced"] is True
 
 
-def test_the_command_line_names_a_missed_tolerance_without_its_usage(trained, tmp_path, monkeypatch):
-    import tensorflow as tf
-    from absl import flags
-
-    from export import __main__ as cli
-
-    model, held_out, _ = trained
-    model.save(tmp_path / "m.keras")
-    for i, image in enumerate(held_out[:8]):
-        pixels = np.round((image + 1) * 127.5).astype(np.uint8)
-        (tmp_path / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
-    monkeypatch.setitem(tflite.TOLERANCES, "none", dict(max_abs=-1.0, agreement=1.0))
-    flags.FLAGS(["export", f"--model={tmp_path / 'm.keras'}", "--format=tflite",
-                 f"--images={tmp_path / '*.png'}", f"--output={tmp_path / 'out'}"])
-    try:
-        with pytest.raises(SystemExit, match=r"not within its tolerance.*Nothing was written.*--force"):
-            cli.main(["export"])
-    finally:
-        flags.FLAGS.unparse_flags()
-    assert not (tmp_path / "out").exists()
-
-
 def test_interrupted_export_leaves_nothing(trained, tmp_path, monkeypatch):
     model, held_out, _ = trained
     written_before_failure = []
