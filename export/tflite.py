@@ -16,10 +16,9 @@ Full int8 and ViT (checked with TF 2.20 on ViTs with learned, sin-cos and
 relative position embeddings, class token and GAP heads, and a ResNet stem):
 `TFLITE_BUILTINS_INT8` alone converts them all, GELU, softmax and the
 LayerNorm arithmetic (MEAN, SUB, MUL, RSQRT) included, so no float fallback
-op set is needed. Every variant traces LayerNorm, and those with float
-activations self-attention, in forms that LiteRT runs faster
-(`_litert_forms`); full int8 unfolds the attention products into
-FULLY_CONNECTED ops (`unfold_batchmatmul`). A few elementwise ops stay in float between
+op set is needed. Every variant traces LayerNorm in ops that LiteRT runs
+faster (`_litert_layer_norms`); full int8 unfolds the attention products
+into FULLY_CONNECTED ops (`unfold_batchmatmul`). A few elementwise ops stay in float between
 QUANTIZE/DEQUANTIZE pairs: a few NEG and SQUARE ops of a ResNet stem's
 normalizations, which the converter keeps, and, by our choice, the
 `FLOAT_IN_INT8` tensors (the assembly of the token sequence and the first
@@ -30,7 +29,6 @@ records them in the metadata.
 import contextlib
 import functools
 import json
-import math
 import os
 import re
 import shutil
@@ -45,7 +43,6 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_vit.layers import MultiHeadSelfAttention
 from keras_vit.model import outputs_probabilities
 from keras_vit.layers.utils import check_choice
 from keras_vit.preprocessing import INPUT_RANGE
@@ -131,7 +128,7 @@ def convert(model, quantize="none", representative_images=None):
             )
         representative_images = _check_images(representative_images, model, "representative_images")
 
-    with _litert_forms(model, quantize):
+    with _litert_layer_norms(model):
         converter = _converter(model, shape)
     set_quantization(converter, quantize, lambda: ([image[None]] for image in representative_images))
     tflite_bytes = _quantize_int8(converter) if quantize == "int8" else converter.convert()
@@ -159,29 +156,18 @@ def _converter(model, shape):
 
 
 @contextlib.contextmanager
-def _litert_forms(model, quantize):
-    """Within the block, some of `model`'s layers are traced in forms that LiteRT runs faster: the same functions.
-
-    LayerNormalization (`_layer_norm`) in every variant, and self-attention
-    (`_fused_attention`) in those with float activations.
-    """
-    forms = {}
-    for layer in model._flatten_layers():
-        # Others (another axis, RMS scaling, no gamma or beta) keep Keras' formulation: right, only slower.
-        if (isinstance(layer, keras.layers.LayerNormalization) and list(np.atleast_1d(layer.axis)) == [-1]
-                and not layer.rms_scaling and layer.center and layer.scale):
-            forms[layer] = _layer_norm
-        # Full int8 would give the fused projection one scale for query, key and value together.
-        elif (isinstance(layer, MultiHeadSelfAttention) and not layer.position.biases_attention
-              and quantize != "int8"):
-            forms[layer] = _fused_attention
-    for layer, form in forms.items():
+def _litert_layer_norms(model):
+    """Within the block, `model`'s LayerNormalizations are traced as `_layer_norm`, which LiteRT runs faster."""
+    # Others (another axis, RMS scaling, no gamma or beta) keep Keras' formulation: right, only slower.
+    norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)
+             and list(np.atleast_1d(layer.axis)) == [-1] and not layer.rms_scaling and layer.center and layer.scale]
+    for layer in norms:
         # An instance attribute: Keras' `__call__` looks `call` up on the layer, so only these layers change.
-        object.__setattr__(layer, "call", functools.partial(form, layer))
+        object.__setattr__(layer, "call", functools.partial(_layer_norm, layer))
     try:
         yield
     finally:
-        for layer in forms:
+        for layer in norms:
             object.__delattr__(layer, "call")
 
 
@@ -195,34 +181,12 @@ def _layer_norm(layer, inputs):
     function is `(x - mean) * (inverse * gamma) + beta`, with the variance
     the mean of `(x - mean) * (x - mean)`, and the tests' model stays as
     close to Keras' as before (BUILD.md, 2026-11-25). In float32 it is also
-    fewer ops: Ti/16 about 6% faster (BUILD.md, 2026-11-26).
+    fewer ops, and Ti/16 runs faster (BUILD.md, 2026-11-26).
     """
     x = ops.cast(inputs, "float32")
     centered = x - ops.mean(x, axis=-1, keepdims=True)
     inverse = ops.rsqrt(ops.mean(centered * centered, axis=-1, keepdims=True) + layer.epsilon)
     return ops.cast(centered * (inverse * layer.gamma) + layer.beta, layer.compute_dtype)
-
-
-def _fused_attention(layer, inputs, training=None, return_attention_scores=False):
-    """`MultiHeadSelfAttention` at inference with query, key and value from one FULLY_CONNECTED.
-
-    The converter folds the concatenated kernels into one constant, so the
-    model runs one wider matmul and two fewer transposes per block; Ti/16 in
-    float32 about 5% faster (BUILD.md, 2026-11-26). The key's transpose is the
-    batched matmul's own flag.
-    """
-    if return_attention_scores:
-        return type(layer).call(layer, inputs, training=training, return_attention_scores=True)
-    scale = 1 / math.sqrt(layer.query_kernel.shape[-1])
-    kernel = ops.concatenate([layer.query_kernel * scale, layer.key_kernel, layer.value_kernel], axis=1)
-    bias = ops.concatenate([layer.query_bias * scale, layer.key_bias, layer.value_bias], axis=0)
-    # (batch, 3 * heads, tokens, head_dim): heads first, as the layer's own batched matmuls.
-    projected = ops.transpose(ops.einsum("btd,dhk->bthk", inputs, kernel) + bias, (0, 2, 1, 3))
-    query, key, value = ops.split(projected, 3, axis=1)
-    logits = tf.linalg.matmul(query, key, transpose_b=True)
-    weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), query.dtype)  # as the layer's
-    attended = ops.transpose(ops.matmul(weights, value), (0, 2, 1, 3))
-    return ops.einsum("bqhd,hdo->bqo", attended, layer.output_kernel) + layer.output_bias
 
 
 def set_quantization(converter, quantize, representative_dataset=None):
