@@ -22,11 +22,13 @@ import logging
 import math
 import os
 import re
+import zipfile
+import zlib
 
 import numpy as np
 
 from keras_vit import positions
-from keras_vit.config import TRAINING_FIELDS, ViTConfig
+from keras_vit.config import TRAINING_FIELDS, ViTConfig, differing_conventions
 from keras_vit.layers import PositionEmbedding, ScannedEncoder
 from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.variants import SIZES, STEMS
@@ -110,10 +112,24 @@ def _gfile():
 
 
 def read_npz(path):
-    """Reads an official checkpoint from anything `tf.io.gfile` opens."""
+    """Reads an official checkpoint from anything `tf.io.gfile` opens.
+
+    Raises:
+        ValueError: naming the file, when it is not a whole `.npz` of arrays.
+    """
     with _gfile().GFile(str(path), "rb") as f:
-        with np.load(io.BytesIO(f.read()), allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
+        data = f.read()
+    problem = None
+    try:
+        archive = np.load(io.BytesIO(data), allow_pickle=False)
+        if isinstance(archive, np.lib.npyio.NpzFile):
+            with archive:
+                return {key: archive[key] for key in archive.files}
+        problem = f"it holds one {type(archive).__name__}, not named arrays"
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as error:  # np.load on bad bytes
+        problem = f"{type(error).__name__}: {error}"
+    raise ValueError(f"{path} is not a whole .npz checkpoint (a zip of numpy arrays; {len(data)} bytes): {problem}. "
+                     "If it was downloaded, the download may have been cut short: fetch it again")
 
 
 def describe(arrays):
@@ -219,8 +235,10 @@ def load_checkpoint(model, path, source_grid_size=None):
     from keras_vit import timm_format
 
     config = getattr(model, "vit_config", None)
-    _, arrays = timm_format.read(text, num_heads=config and config.num_heads, image_size=config and config.image_size)
-    return load_arrays(model, arrays, text, source_grid_size)
+    stated, arrays = timm_format.read(text, num_heads=config and config.num_heads,
+                                      image_size=config and config.image_size)
+    # A bare .safetensors states nothing: its config was read off shapes with the model's help.
+    return load_arrays(model, arrays, text, source_grid_size, stated=stated if timm_format.has_config(text) else None)
 
 
 # The classification heads: restarted at zero when the file's do not fit (or it has none).
@@ -237,7 +255,7 @@ def official_config(arrays, source, image_size=None):
     `image_size` replaces the size read off the position tables (needed for a non-square `learned_1d` grid).
     """
     if CONFIG_KEY in arrays:
-        return ViTConfig.from_dict(json.loads(str(arrays[CONFIG_KEY])))
+        return stored_config(arrays)
     for key in ("embedding/kernel", _ATTENTION.format(0) + "query/kernel", _BLOCK.format(0) + "MlpBlock_3/Dense_0/kernel"):
         if key not in arrays:
             raise ValueError(f"{source} is not a ViT checkpoint in the official format: it has no {key!r} "
@@ -262,6 +280,11 @@ def official_config(arrays, source, image_size=None):
     stride = output_stride(fields["resnet_num_layers"]) if "resnet_num_layers" in fields else 1
     image_size = image_size or (grid[0] * patch_h * stride, grid[1] * patch_w * stride)
     return ViTConfig(**fields, image_size=image_size)
+
+
+def stored_config(arrays):
+    """The `ViTConfig` a file keras_vit wrote stores (None in other files)."""
+    return ViTConfig.from_dict(json.loads(str(arrays[CONFIG_KEY]))) if CONFIG_KEY in arrays else None
 
 
 def _official_stem(arrays):
@@ -292,26 +315,36 @@ def load_npz(model, path, source_grid_size=None):
     return load_arrays(model, read_npz(path), str(path), source_grid_size)
 
 
-def load_arrays(model, arrays, source, source_grid_size=None):
+def load_arrays(model, arrays, source, source_grid_size=None, stated=None, overridden=()):
     """Loads checkpoint `arrays` (official keys) into a keras_vit model.
 
     Position embeddings made for another grid are resampled the model's way
     (corner-aligned bilinear by default, the official resize). As the
     official fine-tuning code: a head for another number of classes, or one
     the file lacks, is re-initialised to zeros; a `pre_logits` layer the
-    model lacks is dropped.
+    model lacks is dropped, and the head trained on its output with it.
 
     Args:
         model: a model from `keras_vit.ViT` or a named builder.
         arrays: dict of official key -> array (`read_checkpoint`).
         source: the file's name, for messages.
         source_grid_size: optional (rows, cols) of the checkpoint's patch
-            grid, for non-square grids; square grids are inferred.
+            grid, for non-square grids; a file's stated grid and square grids
+            are known without it.
+        stated: the `ViTConfig` the file states (a timm `config.json`); a
+            file keras_vit wrote states its own. Its `CONVENTION_FIELDS` must
+            be the model's (shapes are checked for the others).
+        overridden: fields the caller chose to differ from the file's.
 
     Raises:
-        ValueError: listing every missing key, unexpected key and shape
-            mismatch (model shape vs file shape) at once.
+        ValueError: naming the computed fields the file states otherwise, or
+            listing every missing key, unexpected key and shape mismatch
+            (model shape vs file shape) at once.
     """
+    stated = stated or stored_config(arrays)
+    if stated is not None:
+        _check_stated(model, stated, source, overridden)
+        source_grid_size = source_grid_size or stated.grid_size
     described = describe(arrays)
     arrays = _drop_unused_top(model, arrays)
     entries = list(_entries(model))
@@ -340,15 +373,30 @@ def load_arrays(model, arrays, source, source_grid_size=None):
     return model
 
 
+def _check_stated(model, stated, source, overridden):
+    config = getattr(model, "vit_config", None)
+    if config is None:  # a model loaded from a .keras file written before models carried their ViTConfig
+        return
+    differ = [f"{name}: model {getattr(config, name)!r}, file {getattr(stated, name)!r}"
+              for name in differing_conventions(config, stated) if name not in overridden]
+    if differ:
+        raise ValueError(
+            f"The checkpoint {source} states a model that computes otherwise than {model.name!r}: "
+            f"{'; '.join(differ)}. Build the model from the file, `keras_vit.ViT.from_checkpoint(path)` "
+            "(whose keyword arguments override fields on purpose), or give the model the file's values")
+
+
 def _drop_unused_top(model, arrays):
     """`arrays` without the head a headless model lacks and the pre_logits a model without them lacks."""
     names = {layer.name for layer in model.layers}
+    heads = {f"{head}/{kind}" for head in HEADS for kind in ("kernel", "bias")}
     drop = set()
     if "head" not in names:  # a model without its top takes the features of a full checkpoint
-        drop |= {f"{head}/{kind}" for head in HEADS for kind in ("kernel", "bias")}
+        drop |= heads
     if "pre_logits" not in names and "pre_logits/kernel" in arrays:
-        logging.info("The checkpoint's pre_logits layer is dropped: the model has none (official fine-tuning)")
-        drop |= {"pre_logits/kernel", "pre_logits/bias"}
+        # The head read pre_logits' output, so it restarts too (the official fine-tuning).
+        logging.info("The checkpoint's pre_logits layer and head are dropped: the model has no pre_logits")
+        drop |= {"pre_logits/kernel", "pre_logits/bias"} | heads
     return {key: value for key, value in arrays.items() if key not in drop}
 
 
@@ -363,9 +411,12 @@ def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, so
     value = arrays[key]
     if transform == GROUP_NORM and value.size == math.prod(shape):
         value = value.reshape(shape)
-    if tuple(value.shape) == shape:
+    table = positions.is_table(path_in_model)
+    # A known grid decides, not the shape: a (2, 8) table has as many rows as a (4, 4) one.
+    regrid = table and source_grid_size and tuple(source_grid_size) != _table_layer(model, layer_path).grid_size
+    if tuple(value.shape) == shape and not regrid:
         return value
-    if not positions.is_table(path_in_model):
+    if not table:
         return None  # only position tables resize to another grid
     if block is not None:
         raise ValueError(
@@ -374,11 +425,15 @@ def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, so
             "save it with save_npz, and load that file"
         )
     if layer_path not in resized:
-        layer = model.get_layer(layer_name)
-        layer = layer if layer_path == layer_name else layer.attention
-        resized[layer_path] = _resize_tables(layer, arrays, source_grid_size)
+        resized[layer_path] = _resize_tables(_table_layer(model, layer_path), arrays, source_grid_size)
     value = resized[layer_path][name]
     return value if tuple(value.shape) == shape else None  # e.g. another width
+
+
+def _table_layer(model, layer_path):
+    """The layer holding position tables at `layer_path`: a `PositionEmbedding` or a block's attention."""
+    layer = model.get_layer(layer_path.split("/")[0])
+    return layer if "/" not in layer_path else layer.attention
 
 
 def _assign(model, values):

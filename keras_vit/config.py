@@ -221,13 +221,25 @@ FIELDS = {field.name: field for field in dataclasses.fields(ViTConfig)}
 # (height, width) fields, one int for a square; per-channel float fields.
 PAIRS = ("patch_size", "image_size")
 PER_CHANNEL = ("input_mean", "input_std")
-# Fields that decide what given weights compute: a checkpoint and a model it starts must agree on them.
-CONVENTION_FIELDS = ("classifier", "class_token", "distilled", "no_embed_class", "gelu_approximate", "fc_norm",
-                     "layer_norm_epsilon", "input_mean", "input_std")
+# Fields that decide what given weights compute, beyond their shapes: a checkpoint and a model it
+# starts must agree on them (`differing_conventions`).
+CONVENTION_FIELDS = ("classifier", "class_token", "distilled", "no_embed_class", "position_embedding",
+                     "gelu_approximate", "fc_norm", "layer_norm_epsilon", "input_mean", "input_std")
 # Fields a dataset decides for a training run.
 DATA_FIELDS = ("classes", "channels")
 # Fields that shape training only: the same weights compute the same function whatever they are.
 TRAINING_FIELDS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat")
+
+
+def differing_conventions(config, other):
+    """The `CONVENTION_FIELDS` on which two configs differ.
+
+    A per-channel value that is one number for every channel equals it for any channel count.
+    """
+    def same(mine, theirs):
+        return mine == theirs or (isinstance(mine, tuple) and isinstance(theirs, tuple) and len({*mine, *theirs}) == 1)
+
+    return [name for name in CONVENTION_FIELDS if not same(getattr(config, name), getattr(other, name))]
 
 
 def _check_int(name, value, low):

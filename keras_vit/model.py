@@ -340,7 +340,7 @@ def from_checkpoint(path, *, include_top=None, classifier_activation="softmax", 
     config, arrays = checkpoints.read_checkpoint(path, overrides.get("image_size"), overrides.get("num_heads"))
     model = ViT(config.replace(**overrides), include_top=include_top, classifier_activation=classifier_activation,
                 name=name or checkpoints.checkpoint_stem(path))
-    return checkpoints.load_arrays(model, arrays, str(path))
+    return checkpoints.load_arrays(model, arrays, str(path), overridden=tuple(overrides))
 
 
 ViT.from_checkpoint = from_checkpoint

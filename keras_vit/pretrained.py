@@ -100,8 +100,9 @@ def cache_path(url):
 def fetch(url, timeout=60):
     """Downloads `url` once into the Keras cache and returns the local path.
 
-    The download goes to a temporary name and is renamed when complete, so
-    an interrupted download is never taken for a checkpoint.
+    The download goes to a temporary name and is renamed when complete (all
+    the bytes the server announced), so an interrupted download is never
+    taken for a checkpoint.
 
     Raises:
         OSError: when the file is not cached and cannot be downloaded; the
@@ -115,14 +116,19 @@ def fetch(url, timeout=60):
         target.parent.mkdir(parents=True, exist_ok=True)
         with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
             shutil.copyfileobj(response, out, length=1 << 20)
+            announced = response.headers.get("Content-Length")
+        # http.client ends a body cut short without an error: count the bytes.
+        if announced is not None and partial.stat().st_size != int(announced):
+            raise OSError(f"the connection closed after {partial.stat().st_size} of {announced} bytes")
         os.replace(partial, target)
     except OSError as error:  # URLError, timeouts and disk errors are OSErrors
-        partial.unlink(missing_ok=True)
         raise OSError(
             f"Could not download {url} ({error}). Download it where there is network access "
             f"(e.g. `curl -L -o '{target.name}' '{url}'`, or `gsutil cp` from gs://vit_models/) "
             f"and put it at {target}, or pass its local path as `weights=`."
         ) from error
+    finally:  # also on KeyboardInterrupt
+        partial.unlink(missing_ok=True)
     logging.info("Downloaded %s to %s", url, target)
     return str(target)
 

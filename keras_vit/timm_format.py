@@ -125,6 +125,11 @@ def read(path, num_heads=None, image_size=None):
     return config, _to_official(tensors, config, weights_path)
 
 
+def has_config(path):
+    """Whether the checkpoint at `path` states its architecture (a `config.json`)."""
+    return _locate(str(path))[1] is not None
+
+
 def _locate(path):
     """`(model.safetensors path, config.json path or None)`."""
     if os.path.isdir(path):

@@ -1,6 +1,7 @@
 """keras_vit against the golden fixtures: official-format weights loaded here
 must give timm's logits (tests/fixtures/make_fixtures.py made them)."""
 
+import io
 import json
 import pathlib
 
@@ -281,3 +282,84 @@ def test_bicubic_load_is_pytorchs_interpolate():
     np.testing.assert_allclose(model.get_layer("position_embedding").embedding.numpy(),
                                io["pos_embedding_resized"], atol=1e-6)
     np.testing.assert_allclose(np.asarray(model(io["images"])), io["logits"], atol=ATOL)
+
+
+def _bad_npz_bytes(kind):
+    whole = (FIXTURES / "token.npz").read_bytes()
+    if kind == "one array":
+        buffer = io.BytesIO()
+        np.save(buffer, np.zeros(3))
+        return buffer.getvalue()
+    return {"cut short": whole[: len(whole) // 2], "empty": b"",
+            "damaged inside": whole[:200] + bytes(200) + whole[400:]}[kind]
+
+
+@pytest.mark.parametrize("kind", ["cut short", "empty", "damaged inside", "one array"])
+def test_a_broken_npz_is_a_value_error_naming_the_file(kind, tmp_path):
+    path = tmp_path / "ViT-B_16.npz"
+    path.write_bytes(_bad_npz_bytes(kind))
+    with pytest.raises(ValueError, match="is not a whole .npz checkpoint") as error:
+        checkpoints.read_npz(path)
+    assert str(path) in str(error.value)
+
+
+def _randomized(**fields):
+    model = keras_vit.ViT(**fields)
+    randomize_weights(model)
+    return model
+
+
+def _corner_aligned(grid, rows, cols):
+    """Corner-aligned bilinear resize of a (h, w, D) grid with numpy's interp, axis by axis."""
+    def along(values, size, axis):
+        where = np.linspace(0, values.shape[axis] - 1, size)
+        return np.apply_along_axis(lambda v: np.interp(where, np.arange(len(v)), v), axis, values)
+    return along(along(grid, rows, 0), cols, 1)
+
+
+@pytest.mark.parametrize("image_size", [(32, 32), (64, 16), (32, 64)])
+def test_a_stated_non_square_grid_is_resized_from_itself(image_size, tmp_path):
+    # (16, 64) at patch 8 is a (2, 8) grid of 16 rows, as many as a square (4, 4) grid.
+    source = _randomized(**{**TINY, "image_size": (16, 64)})
+    path = checkpoints.save_npz(source, tmp_path / "wide.npz")
+    table = source.get_layer("position_embedding").embedding.numpy()[0]
+    rows, cols = image_size[0] // 8, image_size[1] // 8
+    expected = np.concatenate([table[:1], _corner_aligned(table[1:].reshape(2, 8, -1), rows, cols).reshape(
+        rows * cols, -1)])
+    for model in (checkpoints.load_npz(keras_vit.ViT(**{**TINY, "image_size": image_size}), path),
+                  keras_vit.ViT.from_checkpoint(path, image_size=image_size)):
+        np.testing.assert_allclose(model.get_layer("position_embedding").embedding.numpy()[0], expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("field, value", [("gelu_approximate", False), ("layer_norm_epsilon", 1e-5),
+                                          ("position_embedding", "sincos_2d"), ("input_mean", (0.485, 0.456, 0.406)),
+                                          ("classifier", "gap")])
+def test_a_file_stating_other_numerics_is_refused(field, value, tmp_path):
+    fields = {**TINY, field: value, **({"class_token": True} if field == "classifier" else {})}
+    path = checkpoints.save_npz(_randomized(**fields), tmp_path / "other.npz")
+    with pytest.raises(ValueError, match=rf"computes otherwise than 'plain': {field}: model .*, file ") as error:
+        checkpoints.load_npz(keras_vit.ViT(**{**TINY, **({"class_token": True} if field == "classifier" else {})},
+                                           name="plain"), path)
+    assert str(path) in str(error.value) and "from_checkpoint" in str(error.value)
+    if field != "position_embedding":  # a learned table the file lacks cannot be chosen
+        default = keras_vit.config.ViTConfig.__dataclass_fields__[field].default
+        chosen = keras_vit.ViT.from_checkpoint(path, **{field: default})  # an override is a choice, not a mistake
+        assert getattr(chosen.vit_config, field) == default
+
+
+def test_a_timm_config_json_states_its_numerics():
+    directory = FIXTURES / "timm" / "augreg"
+    stated = checkpoints.config_from_checkpoint(directory)
+    with pytest.raises(ValueError, match="gelu_approximate: model True, file False"):
+        keras_vit.ViT(stated.replace(gelu_approximate=True), weights=str(directory))
+    assert keras_vit.ViT(stated, weights=str(directory)).vit_config == stated
+
+
+def test_the_head_restarts_with_the_pre_logits_it_read(tmp_path):
+    # representation_size == hidden_size: the head's shape fits a model without pre_logits, its inputs do not.
+    source = _randomized(**TINY, representation_size=32)
+    path = checkpoints.save_npz(source, tmp_path / "pre_logits.npz")
+    for model in (checkpoints.load_npz(keras_vit.ViT(**TINY), path),
+                  keras_vit.ViT.from_checkpoint(path, representation_size=None)):
+        assert "pre_logits" not in [layer.name for layer in model.layers]
+        assert not np.any(model.get_layer("head").kernel.numpy())

@@ -92,6 +92,27 @@ def test_offline_failure_says_what_to_download_and_where(tmp_path, monkeypatch):
     assert not list(target.parent.glob("*"))  # no partial file left behind
 
 
+def test_a_download_cut_short_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_a_quarter():  # announces 4000 bytes, sends 1000, closes
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4000\r\n\r\n" + b"P" * 1000)
+
+    thread = threading.Thread(target=answer_a_quarter, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/vit_models/imagenet21k/ViT-B_16.npz"
+    with listener, pytest.raises(OSError, match="after 1000 of 4000 bytes") as error:
+        pretrained.fetch(url, timeout=5)
+    thread.join()
+    target = tmp_path / "home" / "vit_models" / "imagenet21k" / "ViT-B_16.npz"
+    assert str(target) in str(error.value)
+    assert not list(target.parent.glob("*"))  # neither the cut file nor a partial one
+
+
 def test_named_weights_load_from_the_cache(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
     entry = pretrained.resolve("Ti/16", "augreg_in21k_ft_in1k")

@@ -315,16 +315,10 @@ def _check_pretrained(recipe):
     pretrained.resolve(variant, recipe.pretrained)  # raises listing the variant's names
 
 
-def _same(mine, theirs):
-    """Equal values; a per-channel value that is one number for every channel equals it for any channel count."""
-    uniform = isinstance(mine, tuple) and isinstance(theirs, tuple) and len({*mine, *theirs}) == 1
-    return mine == theirs or uniform
-
-
 def _check_conventions(model, checkpoint, source):
     """Fine-tuning starts from a checkpoint's function: the fields that define it must be the checkpoint's."""
     differ = [f"{name}={getattr(model, name)!r} (the checkpoint's: {getattr(checkpoint, name)!r})"
-              for name in vit_config.CONVENTION_FIELDS if not _same(getattr(model, name), getattr(checkpoint, name))]
+              for name in vit_config.differing_conventions(model, checkpoint)]
     if differ:
         raise ValueError(f"The model differs from {source} in what its weights compute: {', '.join(differ)}; "
                          "set these fields to the checkpoint's")
