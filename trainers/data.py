@@ -281,7 +281,9 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps, input_con
         return _train_image(image, seed, recipe, encoded_channels), label
 
     stream = stream.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
-    stream = stream.batch(batch_size, drop_remainder=True)
+    # Exactly the chunk's batches: Keras runs whole blocks of `steps_per_execution` while data lasts,
+    # so a chunk that is no multiple of it would run past its checkpoint or evaluation.
+    stream = stream.batch(batch_size, drop_remainder=True).take(num_steps)
     if recipe.mixup_alpha or recipe.cutmix_alpha:
         from official.vision.ops import augment
 

@@ -46,8 +46,34 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 "total_steps": self.total_steps, "decay": self.decay}
 
 
+class ClipsTheSummedGradient:
+    """Mixin: `global_clipnorm` bounds the gradient summed over the replicas, as on one device.
+
+    Keras clips in `apply`, before it sums the replicas' gradients, so each
+    replica's share was clipped alone and the sum could reach replicas x the
+    norm. Here the shares are summed first, the sum clipped, and each replica
+    hands on 1/replicas of it to Keras' own sum.
+    """
+
+    def _clip_gradients(self, grads):
+        if keras.backend.backend() == "tensorflow" and self.global_clipnorm:
+            import tensorflow as tf
+
+            context = tf.distribute.get_replica_context()
+            if context is not None and context.num_replicas_in_sync > 1:
+                summed = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+                clipped, _ = tf.clip_by_global_norm(summed, self.global_clipnorm)
+                return [g / context.num_replicas_in_sync for g in clipped]
+        return super()._clip_gradients(grads)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class Adam(keras.optimizers.Adam):
+class SGD(ClipsTheSummedGradient, keras.optimizers.SGD):
+    """Keras' SGD whose `global_clipnorm` holds across replicas."""
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class Adam(ClipsTheSummedGradient, keras.optimizers.Adam):
     """Keras' Adam, decoupled weight decay included (AdamW when `weight_decay` is set), whose update on
     TensorFlow is TensorFlow's own Adam kernel, one per variable.
 
@@ -100,7 +126,7 @@ def make_optimizer(recipe, model):
     common = dict(learning_rate=schedule, weight_decay=recipe.weight_decay or None,
                   global_clipnorm=recipe.grad_clip_norm or None)
     if recipe.optimizer == "sgd":
-        optimizer = keras.optimizers.SGD(momentum=recipe.momentum, **common)
+        optimizer = SGD(momentum=recipe.momentum, **common)
     else:  # "adam" and "adamw": Keras' Adam decays decoupled when weight_decay is set, as AdamW
         optimizer = Adam(beta_1=recipe.beta_1, beta_2=recipe.beta_2, **common)
     if recipe.weight_decay:

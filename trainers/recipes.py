@@ -293,6 +293,10 @@ def _check_dataset(recipe):
     if kind == "tfrecord" and not recipe.num_classes:
         raise ValueError(f"TFRecords carry no class count: set `num_classes` >= 1 for dataset={recipe.dataset!r}; "
                          "received num_classes=0")
+    if kind == "tfrecord" and "{split}" not in rest:  # else every split reads the same files
+        raise ValueError("A TFRecord glob must hold `{split}`, which each split replaces (e.g. "
+                         f"'tfrecord:/data/{{split}}-*.tfrecord'), so that evaluation reads other files than "
+                         f"training; received dataset={recipe.dataset!r}")
 
 
 def _check_pretrained(recipe):

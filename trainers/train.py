@@ -241,6 +241,12 @@ def _load_sources(recipe, data_dir, skip_bad_images):
     for split, source in ((recipe.train_split, train_source), (recipe.eval_split, eval_source)):
         if source.skipped:
             logging.warning("Skipped %d undecodable images of split %r (--skip_bad_images)", source.skipped, split)
+    rgb_only = {name: getattr(recipe, name) for name in ("randaugment_layers", "random_erasing", "mixup_alpha",
+                                                          "cutmix_alpha") if getattr(recipe, name)}
+    if rgb_only and train_source.channels != 3:
+        raise ValueError(f"Model Garden's RandAugment, random erasing and Mixup/CutMix take RGB images; "
+                         f"{recipe.dataset!r} has {train_source.channels} channel(s). Set these to 0: "
+                         + ", ".join(f"--{name}={value}" for name, value in rgb_only.items()))
     if train_source.num_examples < recipe.batch_size:
         raise ValueError(f"`batch_size` must be <= the {train_source.num_examples} training examples of "
                          f"{recipe.dataset!r} split {recipe.train_split!r}; received batch_size={recipe.batch_size}")

@@ -221,3 +221,16 @@ def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):
     examples = list(source.dataset.as_numpy_iterator())
     assert len(examples) == 6 and all(image.shape == (12, 10, 3) for image, _ in examples)
     assert sorted(int(label) for _, label in examples) == [0, 0, 0, 1, 1, 1]
+
+
+def test_a_tfrecord_glob_without_its_split_is_refused(model_dir, data_dir):
+    # Without `{split}` the evaluation would read the training files.
+    refused(TINY.replace(dataset="tfrecord:/data/*.tfrecord", num_classes=10), model_dir, data_dir,
+            r"must hold `\{split\}`.*received dataset='tfrecord:/data/\*.tfrecord'")
+
+
+@pytest.mark.parametrize("field, value", [("randaugment_layers", 2), ("random_erasing", 0.5), ("mixup_alpha", 0.8),
+                                          ("cutmix_alpha", 1.0)])
+def test_rgb_only_augmentations_on_grey_images_are_refused(model_dir, data_dir, field, value):
+    # Model Garden's ops index and tile three channels; the digits have one.
+    refused(TINY.replace(**{field: value}), model_dir, data_dir, rf"has 1 channel\(s\)\. Set these to 0: --{field}={value}")

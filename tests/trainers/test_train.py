@@ -129,6 +129,17 @@ def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
     keras_vit.load_npz(model, tmp_path / "model.npz")
 
 
+def test_chunks_no_multiple_of_steps_per_execution_stop_where_asked(tmp_path, data_dir):
+    # Blocks of 4 steps against checkpoints at 6 and evaluations every 3: Keras runs whole blocks while data lasts.
+    result = run(trainer(tmp_path, data_dir, "--train_steps=10", "--checkpoint_every=6", "--eval_every=3",
+                         "--steps_per_execution=4"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    evals = [int(line.split()[3].rstrip(":")) for line in result.stdout.splitlines() if line.startswith("eval at")]
+    assert evals == [3, 6, 9, 10]
+    assert sorted(int(p.name[5:-6]) for p in (tmp_path / "checkpoints").glob("ckpt-*.index")) == [6, 10]
+    assert json.loads((tmp_path / "metrics.json").read_text())["step"] == 10
+
+
 @pytest.mark.parametrize("verbosity, shown", VERBOSITY)
 def test_info_lines_only_with_verbosity(refused_runs, verbosity, shown):
     """The recipe is logged at INFO before the bad --eval_every stops the run."""
