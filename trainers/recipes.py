@@ -245,7 +245,8 @@ RANGES = {
     **{name: (0, None, False, False) for name in (
         "num_classes", "random_shift", "randaugment_layers", "randaugment_magnitude",
         "randaugment_magnitude_std", "mixup_alpha", "cutmix_alpha", "lr_batch_reference",
-        "weight_decay", "warmup_steps", "grad_clip_norm", "seed")},
+        "weight_decay", "warmup_steps", "grad_clip_norm")},
+    "seed": (0, 2**32 - 1, False, False),  # what keras.utils.set_random_seed takes
     **{name: (1, None, False, False) for name in (
         "shuffle_buffer", "batch_size", "train_steps", "steps_per_execution",
         "checkpoint_every")},
@@ -362,7 +363,9 @@ def _check_task(recipe):
     """MPP pre-trains a plain ViT from scratch without a teacher; distillation names its teacher."""
     if recipe.task == "mpp":
         needs = (("distillation", recipe.distillation, "none"), ("pretrained", recipe.pretrained, ""),
-                 ("resnet_num_layers", recipe.model.resnet_num_layers, None))
+                 ("resnet_num_layers", recipe.model.resnet_num_layers, None),
+                 # Mixed images would mix the colours MPP predicts, without mixing its targets.
+                 ("mixup_alpha", recipe.mixup_alpha, 0.0), ("cutmix_alpha", recipe.cutmix_alpha, 0.0))
         for name, actual, value in needs:
             if actual != value:
                 raise ValueError(f"task='mpp' pre-trains a plain ViT from scratch: it needs {name}={value!r}; "
@@ -378,6 +381,25 @@ def _check_task(recipe):
     from trainers import distillation
 
     distillation.check_teacher_name(recipe.teacher)
+
+
+def inert_fields(recipe):
+    """{field: why}: the fields that change nothing in `recipe` (set on purpose, one is a mistake)."""
+    inert = {}
+    if recipe.distillation == "none":
+        inert.update(dict.fromkeys(("distillation_alpha", "distillation_temperature", "teacher_outputs"),
+                                   "distillation='none'"))
+    elif recipe.distillation == "hard":
+        inert["distillation_temperature"] = "distillation='hard' (only soft distillation softens)"
+    if recipe.task == "mpp":
+        inert["label_smoothing"] = "task='mpp' (its targets are colours, not labels)"
+    if not recipe.randaugment_layers:
+        inert["randaugment_magnitude"] = "randaugment_layers=0"
+    if recipe.optimizer == "sgd":
+        inert.update(dict.fromkeys(("beta_1", "beta_2"), "optimizer='sgd'"))
+    else:
+        inert["momentum"] = f"optimizer={recipe.optimizer!r} (momentum is SGD's; Adam's are beta_1 and beta_2)"
+    return inert
 
 
 def check_replicas(recipe, num_replicas):

@@ -102,7 +102,13 @@ def resolve_recipe(name, overrides):
     unknown = set(overrides) - known
     if unknown:
         raise ValueError(f"Unknown recipe fields {sorted(unknown)}; known: {sorted(known)}")
-    return recipes.validate(recipes.RECIPES[name].replace(**overrides))
+    recipe = recipes.validate(recipes.RECIPES[name].replace(**overrides))
+    inert = recipes.inert_fields(recipe)
+    given = sorted(set(overrides) & set(inert))
+    if given:
+        raise ValueError("; ".join(f"--{field}={overrides[field]!r} would change nothing with {inert[field]}"
+                                   for field in given) + ". Drop it, or set what it needs")
+    return recipe
 
 
 def build_model(recipe, source):

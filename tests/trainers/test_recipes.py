@@ -54,3 +54,23 @@ def test_overrides_and_their_errors():
 def test_recipes_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         recipes.RECIPES["digits"].batch_size = 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"distillation": "hard", "teacher": "keras.applications.ConvNeXtTiny", "distillation_temperature": 3.0},
+     r"--distillation_temperature=3.0 would change nothing with distillation='hard'"),
+    ({"distillation_alpha": 0.9}, r"--distillation_alpha=0.9 would change nothing with distillation='none'"),
+    ({"teacher_outputs": "logits"}, r"--teacher_outputs='logits' would change nothing"),
+    ({"task": "mpp", "label_smoothing": 0.3}, r"--label_smoothing=0.3 would change nothing with task='mpp'"),
+    ({"momentum": 0.5}, r"--momentum=0.5 would change nothing with optimizer='adamw'"),
+    ({"optimizer": "sgd", "beta_1": 0.5}, r"--beta_1=0.5 would change nothing with optimizer='sgd'"),
+    ({"randaugment_magnitude": 20.0}, r"--randaugment_magnitude=20.0 would change nothing with randaugment_layers=0"),
+    ({"task": "mpp", "mixup_alpha": 0.8}, r"task='mpp' .* needs mixup_alpha=0.0; received mixup_alpha=0.8"),
+    ({"seed": 2**32}, r"`seed` must be in \[0, 4294967295\]; received seed=4294967296"),
+])
+def test_a_flag_that_would_change_nothing_is_refused(flags, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_recipe("digits", flags)
+    # The same values as the recipe's own defaults are no mistake: nobody set them.
+    inert = recipes.inert_fields(resolve_recipe("digits", {}))
+    assert {"distillation_alpha", "momentum", "randaugment_magnitude"} <= set(inert)
