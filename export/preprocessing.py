@@ -13,7 +13,7 @@ import dataclasses
 import tensorflow as tf
 
 from keras_vit.layers.resnet_stem import output_stride
-from keras_vit.preprocessing import INPUT_RANGE, resize_and_center_crop
+from keras_vit.preprocessing import INPUT_RANGE, resize_pixels
 
 # 4096 x 4096: a 12-megapixel phone photo passes; decoding the largest
 # accepted image takes 48 MB (8-bit RGB).
@@ -139,7 +139,7 @@ def decode(index, data, preprocessing):
 def to_inputs(pixels, preprocessing):
     """One [h, w, C] image in 0-255 -> model size, centre-cropped, scaled to the model's range."""
     p = preprocessing
-    resized = resize_and_center_crop(pixels, p.image_size, p.crop_fraction, p.interpolation)
+    resized = resize_pixels(pixels, p.image_size, p.crop_fraction, p.interpolation)  # as the trainer evaluates
     return (resized / 255.0 - p.mean) / p.std
 
 

@@ -80,3 +80,16 @@ def resize_and_center_crop(image, size, crop_fraction=1.0, interpolation="biline
         image = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method=interpolation)
         return tf.image.resize_with_crop_or_pad(image, height, width)
     return tf.image.resize(image, (height, width), method=interpolation)
+
+
+def resize_pixels(image, size, crop_fraction=1.0, interpolation="bilinear"):
+    """`resize_and_center_crop` of a 0-255 image, rounded to whole pixel values as a resized uint8 image.
+
+    What the trainer evaluates and an export serves, so a served model sees
+    the inputs its evaluation saw.
+    """
+    import tensorflow as tf
+
+    resized = resize_and_center_crop(image, size, crop_fraction, interpolation)
+    return tf.clip_by_value(tf.round(resized), 0.0, 255.0)
+

@@ -15,7 +15,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.preprocessing import preprocess_input, resize_and_center_crop
+from keras_vit.preprocessing import preprocess_input, resize_pixels
 from trainers import image_scan
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -244,8 +244,8 @@ def _train_image(image, seed, recipe, encoded_channels=None):
 
 def eval_image(image, recipe):
     """Resize (short side to size / crop_fraction), centre crop, normalise."""
-    image = resize_and_center_crop(image, recipe.model.image_size, recipe.eval_crop_fraction)
-    return preprocess_input(tf.clip_by_value(tf.round(image), 0, 255), config=recipe.model)
+    image = resize_pixels(image, recipe.model.image_size, recipe.eval_crop_fraction)
+    return preprocess_input(image, config=recipe.model)
 
 
 def _split(ds, count, global_batch, input_context):

@@ -60,10 +60,14 @@ def encoded_images():
     return [tf.io.encode_jpeg(photo()).numpy(), tf.io.encode_png(drawing).numpy()]
 
 
+def model_inputs(pixels):
+    """Decoded RGB pixels as the export must feed them: resized to 16x16 and rounded as uint8, in [-1, 1]."""
+    return tf.clip_by_value(tf.round(tf.image.resize(pixels, (16, 16))), 0, 255) / 127.5 - 1.0
+
+
 def keras_probabilities(model, pixels):
-    """What the export must compute from decoded RGB pixels: resize to 16x16, scale to [-1, 1], softmax."""
-    inputs = [tf.image.resize(p, (16, 16)) / 127.5 - 1.0 for p in pixels]
-    return tf.nn.softmax(model(tf.stack(inputs))).numpy()
+    """What the export must compute from decoded RGB pixels: `model_inputs`, the model, softmax."""
+    return tf.nn.softmax(model(tf.stack([model_inputs(p) for p in pixels]))).numpy()
 
 
 def decoded(images):
@@ -72,6 +76,23 @@ def decoded(images):
 
 def strings(*images):
     return np.array(images, dtype=object)
+
+
+def test_a_request_is_what_the_trainer_evaluates(model, tmp_path):
+    # Rounded after the resize, as the trainer's evaluation: the inputs the model's reported accuracy saw.
+    import types
+
+    from trainers import data
+
+    path = saved_model.export_saved_model(model, tmp_path, name="cropped", crop_fraction=0.875)
+    session = capi.SavedModelSession(path)
+    try:
+        served = session.run("serving_default", images=strings(*encoded_images()))["probabilities"]
+    finally:
+        session.close()
+    recipe = types.SimpleNamespace(model=model.vit_config, eval_crop_fraction=0.875)
+    evaluated = tf.nn.softmax(model(tf.stack([data.eval_image(p, recipe) for p in decoded(encoded_images())])))
+    np.testing.assert_allclose(served, evaluated, atol=1e-6)
 
 
 def test_tf_serving_layout_versions_and_overwrite(model, exported):
@@ -137,7 +158,7 @@ def test_pixels_embeddings_and_float_signatures_agree(model, served):
     pixels = tf.io.decode_png(png)[None].numpy()
     by_bytes = served.run("serving_default", images=strings(png))["probabilities"]
     np.testing.assert_allclose(served.run("predict_pixels", pixels=pixels)["probabilities"], by_bytes, atol=1e-6)
-    inputs = (tf.image.resize(pixels, (16, 16)) / 127.5 - 1.0).numpy()
+    inputs = model_inputs(pixels).numpy()
     np.testing.assert_allclose(served.run("predict_float", inputs=inputs)["probabilities"], by_bytes, atol=1e-6)
     embeddings = served.run("embeddings", images=strings(png, png))["embeddings"]
     expected = keras_vit_features(model, inputs)
@@ -257,7 +278,7 @@ def test_a_headless_model_exports_features_only(tmp_path):
     finally:
         session.close()
     assert list(out) == ["features"]
-    expected = np.asarray(headless(tf.stack([tf.image.resize(decoded(encoded_images())[1], (16, 16)) / 127.5 - 1])))
+    expected = np.asarray(headless(tf.stack([model_inputs(decoded(encoded_images())[1])])))
     np.testing.assert_allclose(out["features"], expected, atol=1e-5)
     with pytest.raises(ValueError, match="no classification head.*labels"):
         saved_model.export_saved_model(headless, tmp_path, name="features", labels=LABELS)
