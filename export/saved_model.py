@@ -37,16 +37,12 @@ import tensorflow as tf
 
 from export import preprocessing as prep
 from export import serving_check
+from export.labels import check_labels, is_classifier
 from keras_vit.model import outputs_probabilities
 
 METADATA = "keras_vit_export.json"
 DEFAULT_TOP_K = 5
 WARMUP = serving_check.WARMUP
-
-
-def is_classifier(model):
-    """Whether `model` ends in keras_vit's classification head (not `include_top=False`)."""
-    return any(layer.name == "head" for layer in model.layers)
 
 
 class ServingFunctions:
@@ -197,19 +193,15 @@ def sample_images(preprocessing, count=2):
 
 
 def _check_arguments(model, labels, top_k):
-    """Refuses what the export could not serve honestly; returns top_k (None: 5, or fewer classes)."""
+    """Refuses what the export could not serve honestly; returns (labels, top_k) (top_k None: 5, or fewer classes)."""
+    labels = None if labels is None else check_labels(labels, model)
     if is_classifier(model):
         classes = model.output_shape[-1]
-        if labels is not None and len(labels) != classes:
-            raise ValueError(f"The model has {classes} classes; received {len(labels)} labels")
         if top_k is None:
-            return min(DEFAULT_TOP_K, classes)
+            return labels, min(DEFAULT_TOP_K, classes)
         if not (isinstance(top_k, int) and 1 <= top_k <= classes):
             raise ValueError(f"top_k must be an integer from 1 to the {classes} classes; received {top_k!r}")
-    elif labels is not None:
-        raise ValueError("The model has no classification head (include_top=False): it exports features, "
-                         "and labels have nothing to name; received labels")
-    return top_k
+    return labels, top_k
 
 
 def _check_output(model_base, version, overwrite):
@@ -259,7 +251,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     model_base = pathlib.Path(base_dir) / name
     version = next_version(model_base) if version is None else version
     preprocessing = prep.Preprocessing.for_model(model, crop_fraction, max_image_pixels)
-    top_k = _check_arguments(model, labels, top_k)
+    labels, top_k = _check_arguments(model, labels, top_k)
     final = _check_output(model_base, version, overwrite)
     staging = model_base / f".tmp-{version}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -280,7 +272,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
                 "jit_compile": jit_compile, **(metadata or {})}
         (extra / METADATA).write_text(json.dumps(info, indent=2))
         serving_check.check(staging, functions.functions, requests, xla=jit_compile)
-        _publish(staging, final)
+        _publish(staging, final, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
@@ -307,8 +299,17 @@ def _save(model, path, preprocessing, labels, top_k, jit_compile):
     return functions
 
 
-def _publish(staging, final):
+def _publish(staging, final, overwrite):
     """Renames the proven export to its version; an existing one (--overwrite) is swapped out first."""
+    if not overwrite:
+        try:
+            os.rename(staging, final)  # onto a version with files, the rename fails: nothing is replaced
+        except OSError as error:
+            if final.exists():
+                raise ValueError(f"Version {final.name} appeared at {final} while this export ran (another "
+                                 "export?) and was kept; choose another --version or pass --overwrite") from error
+            raise
+        return
     if final.exists():
         retired = final.with_name(f".old-{final.name}-{os.getpid()}")
         os.rename(final, retired)

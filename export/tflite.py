@@ -43,6 +43,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from export.labels import check_labels
 from keras_vit.model import outputs_probabilities
 from keras_vit.layers.utils import check_choice
 from keras_vit.preprocessing import INPUT_RANGE
@@ -402,16 +403,6 @@ def check_tolerance(quantize, result):
     return failures
 
 
-def _check_labels(labels, num_classes):
-    labels = [str(label) for label in labels]
-    if len(labels) != num_classes or any("\n" in label or "\r" in label for label in labels):
-        raise ValueError(
-            f"`labels` must be {num_classes} strings (one per class) without line breaks; "
-            f"received {len(labels)} labels"
-        )
-    return labels
-
-
 def export_tflite(
     model,
     output_dir,
@@ -488,7 +479,7 @@ def _check_export_arguments(model, output_dir, quantize, verify_images, labels):
         )
     verify_images = _check_images(verify_images, model, "verify_images")
     if labels is not None:
-        labels = _check_labels(labels, int(model.output_shape[-1]))
+        labels = check_labels(labels, model)
     return output_dir, verify_images, labels
 
 

@@ -107,6 +107,22 @@ def test_tf_serving_layout_versions_and_overwrite(model, exported):
     assert sorted(p.name for p in (base / "vit").iterdir()) == ["1", "2"]
 
 
+def test_a_version_another_export_publishes_meanwhile_is_kept(model, tmp_path, monkeypatch):
+    proven = serving_check.check
+
+    def another_export_publishes_first(path, *args, **kwargs):
+        result = proven(path, *args, **kwargs)
+        (tmp_path / "vit" / "1").mkdir()
+        (tmp_path / "vit" / "1" / "saved_model.pb").write_bytes(b"theirs")
+        return result
+
+    monkeypatch.setattr(serving_check, "check", another_export_publishes_first)
+    with pytest.raises(ValueError, match="Version 1 appeared at .* while this export ran .* was kept"):
+        saved_model.export_saved_model(model, tmp_path, name="vit")
+    assert (tmp_path / "vit" / "1" / "saved_model.pb").read_bytes() == b"theirs"
+    assert [p.name for p in (tmp_path / "vit").iterdir()] == ["1"]  # and no staging left
+
+
 def test_signatures_as_the_cpp_loader_sees_them(served, exported):
     signatures = {name: (capi.describe(s.inputs), capi.describe(s.outputs))
                   for name, s in served.signatures.items() if not name.startswith("__")}
@@ -286,6 +302,8 @@ def test_a_headless_model_exports_features_only(tmp_path):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(labels=["a", "b"]), "The model has 3 classes; received 2 labels"),
+    # Written one per line, a line break would shift every later label.
+    (dict(labels=["cat\ndog", "bird", "fish"]), r"label 0 holds a line break: 'cat\\ndog'"),
     (dict(top_k=0), r"top_k must be an integer from 1 to the 3 classes; received 0"),
     (dict(top_k=4), r"top_k must be an integer from 1 to the 3 classes; received 4"),
     (dict(crop_fraction=0.0), r"crop_fraction must be in \(0, 1\]; received 0.0"),
