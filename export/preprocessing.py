@@ -13,7 +13,7 @@ import dataclasses
 import tensorflow as tf
 
 from keras_vit.layers.resnet_stem import output_stride
-from keras_vit.preprocessing import INPUT_RANGE, resize_pixels
+from keras_vit.preprocessing import input_range, resize_pixels
 
 # 4096 x 4096: a 12-megapixel phone photo passes; decoding the largest
 # accepted image takes 48 MB (8-bit RGB).
@@ -37,11 +37,13 @@ class Preprocessing:
     # [-1, 1] for the official checkpoints; the model's `vit_config.input_mean/std`.
     mean: tuple = (0.5,)
     std: tuple = (0.5,)
-    input_range: tuple = INPUT_RANGE
+    # What the model's inputs span, from mean and std: (-1, 1) for the official 0.5 and 0.5.
+    input_range: tuple = dataclasses.field(init=False)
     # Largest width x height an encoded image may declare in its header.
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
 
     def __post_init__(self):
+        object.__setattr__(self, "input_range", input_range(self.mean, self.std))
         if not 0.0 < self.crop_fraction <= 1.0:
             raise ValueError(f"crop_fraction must be in (0, 1]; received {self.crop_fraction}")
         if not (isinstance(self.max_image_pixels, int) and self.max_image_pixels >= 1):

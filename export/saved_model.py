@@ -7,8 +7,9 @@ inside the graph, and the TF Serving layout `BASE/NAME/VERSION/`.
 Signatures of a classifier (inputs -> outputs):
 - `serving_default`: `images` (string [N]: JPEG, PNG, GIF or BMP bytes, any size).
 - `predict_pixels`: `pixels` (uint8 [N, h, w, C], any size, 0-255).
-- `predict_float`: `inputs` (float32 [N, H, W, C] already in [-1, 1]: the
-  model's own input, what TFLite takes; any H, W for `dynamic_image_size`).
+- `predict_float`: `inputs` (float32 [N, H, W, C] already scaled, `(p / 255 -
+  mean) / std`: [-1, 1] for the official mean and std; the model's own input,
+  what TFLite takes; any H, W for `dynamic_image_size`).
 - `embeddings`: `images` (string [N]) -> `embeddings` [N, D] (pooled features).
 The classification signatures return `probabilities` [N, classes],
 `top_k_classes` int32 [N, k], `top_k_scores` [N, k] and, when labels are

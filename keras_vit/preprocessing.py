@@ -3,8 +3,6 @@
 import numpy as np
 from keras import ops
 
-# What `preprocess_input` makes of [0, 255] by default: the official checkpoints' input range.
-INPUT_RANGE = (-1.0, 1.0)
 
 
 def preprocess_input(x, data_format=None, config=None):
@@ -34,6 +32,17 @@ def preprocess_input(x, data_format=None, config=None):
     mean = np.asarray(config.input_mean, np.float32) * np.float32(255.0)
     std = np.asarray(config.input_std, np.float32) * np.float32(255.0)
     return (x - mean) / std
+
+
+def input_range(mean=(0.5,), std=(0.5,)):
+    """`(low, high)`: the bounds of `preprocess_input` over pixels in [0, 255], across the channels.
+
+    Example:
+    >>> input_range(), input_range((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    ((-1.0, 1.0), (-2.1179039301310043, 2.6399999999999997))
+    """
+    mean, std = np.asarray(mean, np.float64), np.asarray(std, np.float64)
+    return float(np.min(-mean / std)), float(np.max((1.0 - mean) / std))
 
 
 def inputs_to_pixels(x, config):

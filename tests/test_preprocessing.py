@@ -2,14 +2,22 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import preprocess_input
-from keras_vit.preprocessing import INPUT_RANGE
+from keras_vit import ViTConfig
+from keras_vit.preprocessing import input_range
 
 
 def test_maps_uint8_pixels_to_minus_one_one():
     out = preprocess_input(np.array([0, 127.5, 255]).astype("float32"))
     np.testing.assert_allclose(out, [-1.0, 0.0, 1.0])
     out = preprocess_input(np.array([[0, 255]], "uint8"))
-    assert out.dtype == np.float32 and out.tolist() == [list(INPUT_RANGE)]  # the range the exports declare
+    assert out.dtype == np.float32 and out.tolist() == [list(input_range())]  # the range the exports declare
+
+
+def test_the_declared_range_is_what_preprocessing_spans():
+    config = ViTConfig(input_mean=(0.485, 0.456, 0.406), input_std=(0.229, 0.224, 0.225))
+    spanned = preprocess_input(np.array([[0, 0, 0], [255, 255, 255]], "float32"), config=config)
+    np.testing.assert_allclose(input_range(config.input_mean, config.input_std), (spanned.min(), spanned.max()),
+                               rtol=1e-6)
 
 
 def test_tensors_stay_tensors():
