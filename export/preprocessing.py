@@ -134,8 +134,19 @@ def decode(index, data, preprocessing):
         "images element", index, "declares", pixels, "pixels; this model accepts 1 to",
         preprocessing.max_image_pixels, "(max_image_pixels)"])
     with tf.control_dependencies([small]):
-        image = tf.io.decode_image(data, channels=preprocessing.channels, expand_animations=False)
+        image = _decode(data, kind, preprocessing.channels)
     return to_inputs(image, preprocessing)
+
+
+def _decode(data, kind, channels):
+    """uint8 [h, w, channels]. GIF and BMP decode only to colour: their grey is made from it."""
+    def decoded(count):
+        return tf.io.decode_image(data, channels=count, expand_animations=False)
+
+    if channels != 1:
+        return decoded(channels)
+    grey = lambda: tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(decoded(3), tf.float32))), tf.uint8)
+    return tf.cond(kind >= 2, grey, lambda: decoded(1))  # 2 GIF, 3 BMP (`_kind`)
 
 
 def to_inputs(pixels, preprocessing):

@@ -203,6 +203,24 @@ def test_every_format_the_decoder_knows_is_served(model, served):
         np.testing.assert_allclose(got, keras_probabilities(model, [pixels]), atol=1e-5, err_msg=name)
 
 
+def test_a_grey_model_takes_every_format(tmp_path):
+    # GIF and BMP decode only to colour; a one-channel model gets their grey.
+    grey_model = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
+                               input_shape=(16, 16, 1), classes=3, classifier_activation=None)
+    randomize_weights(grey_model, scale=0.3)
+    session = capi.SavedModelSession(saved_model.export_saved_model(grey_model, tmp_path, name="grey"))
+    grey = photo(21, 17, seed=4)[..., :1] // 64 * 64  # few levels: a GIF keeps them exactly
+    try:
+        for format in ("PNG", "JPEG", "GIF", "BMP"):
+            data = encode(np.repeat(grey, 3, -1) if format in ("GIF", "BMP") else grey[..., 0], format)
+            pixels = tf.io.decode_image(data, channels=1, expand_animations=False) if format == "JPEG" else grey
+            expected = tf.nn.softmax(grey_model(model_inputs(pixels)[None])).numpy()
+            got = session.run("serving_default", images=strings(data))["probabilities"]
+            np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=format)
+    finally:
+        session.close()
+
+
 def test_a_batch_mixing_sizes_and_formats_answers_as_its_elements(served):
     images = [*encoded_images(), encode(photo(40, 9, seed=2), "BMP"), encode(photo(7, 30, seed=3), "GIF")]
     batch = served.run("serving_default", images=strings(*images))["probabilities"]
