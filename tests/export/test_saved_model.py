@@ -203,6 +203,20 @@ def test_every_format_the_decoder_knows_is_served(model, served):
         np.testing.assert_allclose(got, keras_probabilities(model, [pixels]), atol=1e-5, err_msg=name)
 
 
+def test_a_distilled_model_embeds_as_its_headless_self(tmp_path):
+    deit = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16, distilled=True)
+    model = keras_vit.ViT(**deit, classes=3)
+    randomize_weights(model, scale=0.3)
+    headless = keras_vit.ViT(**deit, include_top=False, weights=keras_vit.save_npz(model, tmp_path / "deit.npz"))
+    session = capi.SavedModelSession(saved_model.export_saved_model(model, tmp_path, name="deit"))
+    try:
+        embeddings = session.run("embeddings", images=strings(*encoded_images()))["embeddings"]
+    finally:
+        session.close()
+    expected = np.asarray(headless(tf.stack([model_inputs(p) for p in decoded(encoded_images())])))
+    np.testing.assert_allclose(embeddings, expected, atol=1e-5)  # both tokens' mean, not the class token's alone
+
+
 def test_a_grey_model_takes_every_format(tmp_path):
     # GIF and BMP decode only to colour; a one-channel model gets their grey.
     grey_model = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
