@@ -53,9 +53,43 @@ def read_images(pattern, model):
 def read_labels(path):
     """The class names of a labels file, one per line (a final newline is not a class)."""
     try:
-        return pathlib.Path(path).read_text().splitlines()
+        return pathlib.Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as error:
         raise app.UsageError(f"--labels={path!r} cannot be read: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise app.UsageError(f"--labels={path!r} must be UTF-8 text: {error}") from error
+
+
+# Flags of one format only: given with the other, they would be ignored.
+FORMAT_FLAGS = {"saved_model": ("name", "version", "top_k", "max_image_pixels", "jit_compile", "overwrite"),
+                "tflite": ("quantize", "images", "force")}
+
+
+def check_flags():
+    """Every flag against the others and the files they name, before the model loads."""
+    if not _MODEL.value or not _OUTPUT.value:
+        raise app.UsageError("--model and --output are required (or --inspect=DIR)")
+    fmt = _FORMAT.value
+    other = next(f for f in FORMATS if f != fmt)
+    misplaced = [f"--{name}" for name in FORMAT_FLAGS[other] if flags.FLAGS[name].present]
+    if misplaced:
+        raise app.UsageError(f"{', '.join(misplaced)} apply to --format={other} only; received --format={fmt}")
+    if fmt == "tflite":
+        if not _IMAGES.value:
+            raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
+        if not glob.glob(_IMAGES.value):
+            raise app.UsageError(f"--images={_IMAGES.value!r} matches no file")
+        if os.path.lexists(_OUTPUT.value):
+            raise app.UsageError(f"--output={_OUTPUT.value!r} exists: a TFLite export writes a new directory")
+    else:
+        if _NAME.value in ("", ".", "..") or "/" in _NAME.value or os.sep in _NAME.value:
+            raise app.UsageError(f"--name must be one directory name (TF Serving's BASE/NAME/VERSION); "
+                                 f"received --name={_NAME.value!r}")
+        version = _VERSION.value and pathlib.Path(_OUTPUT.value, _NAME.value, str(_VERSION.value))
+        if version and version.exists() and not _OVERWRITE.value:
+            raise app.UsageError(f"--version={_VERSION.value} exists at {version}: choose another or pass --overwrite")
+    if "://" not in _MODEL.value and not os.path.exists(_MODEL.value):
+        raise app.UsageError(f"--model={_MODEL.value!r} does not exist")
 
 
 flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
@@ -67,14 +101,12 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _INSPECT.value:
+        if not os.path.isfile(os.path.join(_INSPECT.value, "saved_model.pb")):
+            raise app.UsageError(f"--inspect={_INSPECT.value!r} is not an export: it names a version directory "
+                                 "(BASE/NAME/VERSION) holding saved_model.pb")
         print(saved_model.inspect(_INSPECT.value))
         return 0
-    if not _MODEL.value or not _OUTPUT.value:
-        raise app.UsageError("--model and --output are required (or --inspect=DIR)")
-    if _FORMAT.value == "tflite" and not _IMAGES.value:
-        raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
-    if _FORMAT.value == "tflite" and _JIT_COMPILE.value:
-        raise app.UsageError("--jit_compile applies to --format=saved_model; a TFLite model has no XLA")
+    check_flags()
     labels = read_labels(_LABELS.value) if _LABELS.value else None
     try:
         sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value else {}

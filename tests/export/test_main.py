@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import keras_vit
 from tests.layer_checks import randomize_weights
+from tests.processes import run_together
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -59,3 +60,35 @@ def test_a_missed_tolerance_is_an_error_not_a_usage_text(tmp_path):
     assert "not within its tolerance" in result.stderr and "--force" in result.stderr
     assert "flags:" not in output and "USAGE" not in output  # absl's usage text
     assert not (tmp_path / "out").exists()
+
+
+def test_every_flag_is_checked_before_the_model_loads(tmp_path):
+    # --model names no file: each refusal below must come from the flags, before any loading.
+    (tmp_path / "img.png").write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), np.uint8)).numpy())
+    (tmp_path / "taken" / "vit" / "2").mkdir(parents=True)
+    (tmp_path / "latin1.txt").write_bytes("chat\ncaf\xe9\n".encode("latin-1"))
+    keras_model = tmp_path / "m.keras"
+    keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
+                  classes=2).save(keras_model)
+    missing = f"--model={tmp_path / 'missing.keras'}"
+    tflite_base = [missing, "--format=tflite", f"--images={tmp_path / 'img.png'}", f"--output={tmp_path / 'new'}"]
+    cases = {
+        "--quantize apply to --format=tflite only; received --format=saved_model": [
+            missing, f"--output={tmp_path / 's'}", "--quantize=int8"],
+        "--version, --top_k apply to --format=saved_model only; received --format=tflite": [
+            *tflite_base, "--top_k=2", "--version=3"],
+        "--name must be one directory name": [missing, f"--output={tmp_path / 's'}", "--name="],
+        "matches no file": [missing, "--format=tflite", f"--images={tmp_path / 'none*.png'}", "--output=x"],
+        "exists: a TFLite export writes a new directory": [*tflite_base[:3], f"--output={tmp_path}"],
+        "--version=2 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=2"],
+        "missing.keras' does not exist": [missing, f"--output={tmp_path / 's'}"],
+        "must be UTF-8 text": [f"--model={keras_model}", f"--output={tmp_path / 's'}",
+                               f"--labels={tmp_path / 'latin1.txt'}"],
+        "is not an export": [f"--inspect={tmp_path / 'taken' / 'vit'}"],
+    }
+    results = run_together([[sys.executable, "-m", "export", *args] for args in cases.values()], cwd=ROOT,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    for message, result in zip(cases, results):
+        assert result.returncode == 1 and message in result.stderr, (message, result.stderr[-1500:])
+        assert "Traceback" not in result.stderr, result.stderr[-1500:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.png", "latin1.txt", "m.keras", "taken"]

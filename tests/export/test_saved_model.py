@@ -414,7 +414,7 @@ def test_command_line_export_inspect_and_refusals(model, tmp_path):
                                  timeout=300, cwd=ROOT, env=ENV)
     assert top_k.returncode != 0, top_k.stderr[-1000:]
     assert "top_k must be an integer from 1 to the 3 classes; received 7" in top_k.stderr
-    assert tflite.returncode != 0 and "--jit_compile applies to --format=saved_model" in tflite.stderr
+    assert tflite.returncode != 0 and "--jit_compile apply to --format=saved_model only" in tflite.stderr
     assert sorted(p.name for p in (tmp_path / "serving" / "vit").iterdir()) == ["1"]
 
 
