@@ -101,10 +101,11 @@ def _declared_pixels(data, header, kind):
         return _number(header, 16, 4, True) * _number(header, 20, 4, True)
 
     def gif():
-        # The decoder returns the first frame but decodes every frame first;
-        # animated GIFs give each frame a Graphic Control Extension.
-        frames = tf.maximum(tf.size(tf.strings.split(data, b"\x21\xf9\x04"), tf.int64) - 1, 1)
-        return _number(header, 6, 2, False) * _number(header, 8, 2, False) * frames
+        # The decoder returns the first frame but decodes every frame first, each at the largest
+        # frame's size; the screen size in the header need not bound the frames.
+        frames, width, height = _gif_frames(data)
+        return (tf.maximum(frames, 1) * tf.maximum(width, _number(header, 6, 2, False))
+                * tf.maximum(height, _number(header, 8, 2, False)))
 
     def bmp():
         height = _number(header, 22, 4, False)
@@ -112,6 +113,50 @@ def _declared_pixels(data, header, kind):
         return _number(header, 18, 4, False) * height
 
     return tf.switch_case(kind, [jpeg, png, gif, bmp])
+
+
+def _gif_frames(data):
+    """`(frames, largest width, largest height)` of a GIF's image descriptors, found by walking its blocks.
+
+    Header and screen descriptor, the colour table, then blocks: an extension
+    (0x21, label, data sub-blocks), an image (0x2C, its descriptor, a colour
+    table, LZW code size, data sub-blocks) or the end (0x3B). A sub-block is
+    a length byte and that many bytes; a zero length ends the block. One
+    step per sub-block: a GIF of n bytes takes about n / 255 steps.
+    """
+    raw = tf.concat([tf.cast(tf.io.decode_raw(data, tf.uint8), tf.int64), tf.zeros([16], tf.int64)], 0)
+    size = tf.size(raw, tf.int64) - 16
+
+    def table(packed):  # a colour table's bytes, by its descriptor's packed field
+        return tf.where(packed >= 128, 3 * tf.bitwise.left_shift(tf.constant(2, tf.int64), packed % 8), 0)
+
+    def at(i):
+        return raw[tf.minimum(tf.cast(i, tf.int64), size)]  # past the end: the zero padding
+
+    def step(position, in_block, frames, width, height):
+        def next_sub_block():
+            length = at(position)
+            return position + length + 1, length > 0, frames, width, height
+
+        def next_block():
+            kind = at(position)
+            is_image = tf.equal(kind, 0x2C)
+            skip = tf.where(is_image, 10 + table(at(position + 9)) + 1, 2)  # + LZW code size; extension label
+            frame_width = at(position + 5) + 256 * at(position + 6)
+            frame_height = at(position + 7) + 256 * at(position + 8)
+            known = tf.logical_or(is_image, tf.equal(kind, 0x21))
+            return (tf.where(known, position + skip, size), known,  # anything else ends the walk
+                    frames + tf.cast(is_image, tf.int64), tf.where(is_image, tf.maximum(width, frame_width), width),
+                    tf.where(is_image, tf.maximum(height, frame_height), height))
+
+        return tf.cond(in_block, next_sub_block, next_block)
+
+    start = 13 + table(at(10))
+    zero = tf.constant(0, tf.int64)
+    _, _, frames, width, height = tf.while_loop(
+        lambda position, *_: position < size, step, (start, tf.constant(False), zero, zero, zero),
+        parallel_iterations=1)
+    return frames, width, height
 
 
 def _kind(header):

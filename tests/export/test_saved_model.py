@@ -4,6 +4,8 @@ import io
 import json
 import os
 import pathlib
+import re
+import struct
 import subprocess
 import sys
 
@@ -283,6 +285,18 @@ def test_an_image_declaring_too_many_pixels_is_refused_from_its_header(model, tm
         frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=100)
         with pytest.raises(capi.TFError, match=r"images element.*\b0\b.*declares.*\b1600\b.*pixels"):
             session.run("serving_default", images=strings(buffer.getvalue()))
+        # The same without its frame-timing blocks (GIF89a's, optional), and one frame whose screen size in
+        # the header says 10 x 10: the decoder follows the frames, so the check must too.
+        plain = [Image.new("RGB", (20, 20), (k * 60, 0, 0)) for k in range(4)]
+        buffer = io.BytesIO()
+        plain[0].save(buffer, format="GIF", save_all=True, append_images=plain[1:], duration=100)
+        untimed = re.sub(rb"\x21\xf9\x04.{4}\x00", b"", buffer.getvalue(), flags=re.S)
+        assert untimed.count(b"\x21\xf9\x04") == 0 and tf.io.decode_gif(untimed).shape[0] == 4
+        small_screen = bytearray(encode(photo(30, 21) // 64 * 64, "GIF"))
+        small_screen[6:10] = struct.pack("<HH", 10, 10)
+        for image, declared in ((untimed, 1600), (bytes(small_screen), 630)):
+            with pytest.raises(capi.TFError, match=rf"images element.*\b0\b.*declares.*\b{declared}\b.*pixels"):
+                session.run("serving_default", images=strings(image))
     finally:
         session.close()
     meta = json.loads((path / "assets.extra" / saved_model.METADATA).read_text())
