@@ -10,7 +10,7 @@ soft labels.
 
 - keras_vit: the trainer's own pipeline, `trainers.data.load("folder:...")` and
   `trainers.data.train_dataset`, with the deit recipe's augmentations set as
-  above (tf.data; Model Garden's RandAugment and MixupAndCutmix). Its shuffle
+  above (tf.data; Model Garden's RandAugment and MixupAndCutmix, as trainers/augment.py mends them). Its shuffle
   buffer is 32: the deit recipe's 10,000 is a small part of ImageNet's 1.28M
   images, so its stream flows; a buffer holding this whole small epoch would
   make each epoch wait for all of it to be decoded.
@@ -80,7 +80,7 @@ SETTINGS = {
         "crop": "inception: stateless_sample_distorted_bounding_box, area 5-100%, aspect 3/4-4/3; bilinear resize",
         "randaugment": "Model Garden RandAugment without Cutout: per layer one of 15 ops or identity, "
                        "applied with probability 0.2-0.8",
-        "mixup": "Model Garden MixupAndCutmix on each batch (a tf.data map)",
+        "mixup": "trainers.augment.MixupAndCutmix (Model Garden's, CutMix labels mended) on each batch (a tf.data map)",
         "threads": "pinned to {cores} CPUs; tf.data private_threadpool_size={cores}, inter/intra-op threads {cores}"},
     "timm": {
         "pipeline": "timm.data.create_loader(ImageDataset, use_prefetcher=True, device=cpu), as timm's train.py",

@@ -285,10 +285,10 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps, input_con
     # so a chunk that is no multiple of it would run past its checkpoint or evaluation.
     stream = stream.batch(batch_size, drop_remainder=True).take(num_steps)
     if recipe.mixup_alpha or recipe.cutmix_alpha:
-        from official.vision.ops import augment
+        from trainers.augment import MixupAndCutmix
 
-        mixer = augment.MixupAndCutmix(mixup_alpha=recipe.mixup_alpha, cutmix_alpha=recipe.cutmix_alpha,
-                                       label_smoothing=recipe.label_smoothing, num_classes=num_classes)
+        mixer = MixupAndCutmix(mixup_alpha=recipe.mixup_alpha, cutmix_alpha=recipe.cutmix_alpha,
+                               label_smoothing=recipe.label_smoothing, num_classes=num_classes)
         stream = stream.map(mixer, num_parallel_calls=AUTOTUNE)
     else:
         smoothing = recipe.label_smoothing

@@ -89,3 +89,20 @@ def test_rand_augment_runs_model_gardens_policy_with_the_fast_ops():
     augmented = tf.function(lambda x: tf.map_fn(augment.RandAugment(**settings).distort, x))(tf.stack([image] * 16))
     assert augmented.dtype == tf.uint8 and augmented.shape == (16, *image.shape)
     assert len({a.tobytes() for a in augmented.numpy()}) > 8  # each image drew its own ops
+
+
+def test_cutmix_labels_weigh_the_pixels_each_image_keeps():
+    # Each image is a constant, its own index: its share of the mixed image is countable.
+    tf.random.set_seed(0)
+    batch, classes = 16, 16
+    mixer = augment.MixupAndCutmix(num_classes=classes, mixup_alpha=0.0, cutmix_alpha=1.0, label_smoothing=0.0)
+    images = tf.broadcast_to(tf.reshape(tf.range(batch, dtype=tf.float32), [batch, 1, 1, 1]), [batch, 8, 12, 3])
+    pasted = 0
+    for _ in range(10):
+        mixed, labels = (t.numpy() for t in mixer(images, tf.range(batch)))
+        for i in range(batch):
+            np.testing.assert_allclose(labels[i, i], np.mean(mixed[i, ..., 0] == i), atol=1e-6)
+            partner = batch - 1 - i  # the batch reversed
+            np.testing.assert_allclose(labels[i, partner], np.mean(mixed[i, ..., 0] == partner), atol=1e-6)
+        pasted += np.sum(labels.max(-1) < 1)
+    assert pasted > 50  # boxes were pasted, not only whole images kept
