@@ -11,8 +11,9 @@ Methods:
   `scipy.ndimage.zoom(order=1)` computes and what the official
   google-research/vision_transformer code uses to resize `pos_embedding`.
 - "bicubic": PyTorch's `F.interpolate(mode="bicubic", align_corners=False,
-  antialias=False)` (cubic convolution, a=-0.75), timm's choice, offered for
-  users who want to match timm.
+  antialias=True)` (cubic convolution, a=-0.5, stretched when shrinking), what
+  timm's `resample_abs_pos_embed` computes, offered for users who want to
+  match timm.
 """
 
 from keras import ops
@@ -51,20 +52,20 @@ def interpolation_matrix(in_size, out_size, method="bilinear", dtype="float32"):
         return (1 - frac)[:, None] * ops.one_hot(low, in_size, dtype=dtype) + frac[
             :, None
         ] * ops.one_hot(high, in_size, dtype=dtype)
-    # Bicubic, half-pixel centres as PyTorch: o -> (o + 0.5) * in / out - 0.5.
-    source = (positions + 0.5) * (in_size / out) - 0.5
-    base = ops.floor(source)
-    t = source - base
-    a = -0.75
-    near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # |x| <= 1
-    far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # 1 < |x| < 2
-    taps = (far(t + 1), near(t), near(1 - t), far(2 - t))
-    base = ops.cast(base, "int32")
-    matrix = 0
-    for offset, weight in zip((-1, 0, 1, 2), taps):
-        index = ops.clip(base + offset, 0, in_size - 1)
-        matrix = matrix + weight[:, None] * ops.one_hot(index, in_size, dtype=dtype)
-    return matrix
+    # Bicubic as timm resamples position tables: PyTorch's antialiased bicubic
+    # (`F.interpolate(..., antialias=True)`, timm's default since 0.9). Output o
+    # is centred on input coordinate (o + 0.5) * in / out; its weights are the
+    # cubic kernel with a = -0.5, stretched by in / out when shrinking (so every
+    # input contributes), over the inputs that exist, normalised to sum to 1.
+    scale = in_size / out
+    stretch = ops.maximum(scale, 1.0)
+    centre = (positions + 0.5) * scale
+    x = ops.abs((ops.arange(in_size, dtype=dtype)[None, :] + 0.5 - centre[:, None]) / stretch)
+    a = -0.5
+    near = ((a + 2) * x - (a + 3)) * x * x + 1  # |x| <= 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # 1 < |x| < 2
+    weights = ops.where(x <= 1, near, ops.where(x < 2, far, ops.zeros_like(x)))
+    return weights / ops.sum(weights, axis=1, keepdims=True)
 
 
 def resize_grid(grid, new_shape, method="bilinear"):

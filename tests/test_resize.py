@@ -20,15 +20,17 @@ def test_same_size_is_exactly_the_identity(method):
     np.testing.assert_array_equal(np.asarray(resize_grid(grid, (4, 5), method)), grid)
 
 
-def test_bicubic_rows_sum_to_one_and_use_a_minus_0_75():
-    matrix = np.asarray(interpolation_matrix(4, 8, "bicubic", "float64"))
+@pytest.mark.parametrize("in_size, out_size", [(4, 8), (8, 4)])
+def test_bicubic_rows_sum_to_one_and_use_a_minus_0_5(in_size, out_size):
+    matrix = np.asarray(interpolation_matrix(in_size, out_size, "bicubic", "float64"))
     np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-12)
-    # Output 3 sits at (3 + .5) * 4 / 8 - .5 = 1.25: taps at 0..3 with t = 0.25,
-    # weights of the cubic convolution kernel with a = -0.75 (PyTorch's).
-    a, t = -0.75, 0.25
-    near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1
-    far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    np.testing.assert_allclose(matrix[3], [far(1 + t), near(t), near(1 - t), far(2 - t)], atol=1e-12)
+    # Output 1 sits at input coordinate (1 + .5) * in / out - .5; the antialiased kernel (a = -0.5,
+    # PyTorch's with antialias=True) is stretched by in / out when shrinking, and every tap here exists.
+    a, stretch = -0.5, max(in_size / out_size, 1)
+    cubic = lambda x: np.where(x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                               np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0))
+    weights = cubic(np.abs(np.arange(in_size) - ((1 + 0.5) * in_size / out_size - 0.5)) / stretch)
+    np.testing.assert_allclose(matrix[1], weights / weights.sum(), atol=1e-12)
 
 
 def test_dynamic_output_size_inside_a_tf_function():
