@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from export.labels import check_labels
+from export.labels import check_labels, is_classifier
 from keras_vit.model import outputs_probabilities
 from keras_vit.layers.utils import check_choice
 from keras_vit.preprocessing import input_range
@@ -477,6 +477,10 @@ def _check_export_arguments(model, output_dir, quantize, verify_images, labels):
             "Every TFLite export is checked against the Keras model: `verify_images` must be float "
             "images of shape (n, height, width, channels); received verify_images=None"
         )
+    if not is_classifier(model):
+        raise ValueError("The model has no classification head (include_top=False): a TFLite export is checked by "
+                         "its class predictions against Keras', and features have none. Export the features as a "
+                         "SavedModel (its `features` signature is checked against Keras to 1e-5)")
     verify_images = _check_images(verify_images, model, "verify_images")
     if labels is not None:
         labels = check_labels(labels, model)
