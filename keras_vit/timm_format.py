@@ -218,28 +218,27 @@ def _grid_from_positions(facts, source, image_size):
     """`(no_embed_class, grid)` from the position table's length, and `image_size` where it fits.
 
     `image_size` may be the target of a resize rather than the file's size:
-    it is taken only when the table has exactly its positions.
+    it is taken only when the table has exactly its positions. timm's default
+    layout (the prefix tokens have rows) is read first, at `image_size` or as
+    a square, then DeiT-3's (they have none): a size must not turn a square
+    table of the default layout into another layout's.
     """
     class_token, positions = facts["class_token"], facts["positions"]
-    # timm's default gives the prefix tokens rows (no_embed_class=False);
-    # DeiT-3 style does not.
-    prefix = int(class_token) + int(facts["distilled"])
-    layouts = ((prefix, False), (0, True)) if class_token else ((0, False),)
+    grid = None
     if image_size is not None:
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         grid = tuple(s // p for s, p in zip(size, facts["patch_size"]))
-        if positions is None:
-            return False, grid
-        for prefix, no_embed_class in layouts:
-            if positions - prefix == math.prod(grid):
-                return no_embed_class, grid
     if positions is None:
-        raise ValueError(f"{source} has no pos_embed and no config.json: the patch grid cannot be read; "
-                         "pass image_size")
-    for prefix, no_embed_class in layouts:
-        side = math.isqrt(positions - prefix)
-        if side * side == positions - prefix:
-            return no_embed_class, (side, side)
+        if grid is None:
+            raise ValueError(f"{source} has no pos_embed and no config.json: the patch grid cannot be read; "
+                             "pass image_size")
+        return False, grid
+    prefix = int(class_token) + int(facts["distilled"])
+    for rows, no_embed_class in ((prefix, False), (0, True)) if class_token else ((0, False),):
+        side = math.isqrt(positions - rows)
+        for candidate in ([grid] if grid else []) + [(side, side)]:
+            if math.prod(candidate) == positions - rows:
+                return no_embed_class, candidate
     raise ValueError(f"{source}: pos_embed holds {positions} positions, not a square grid (+ class token); "
                      "pass image_size=(height, width)")
 

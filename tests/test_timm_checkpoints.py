@@ -332,6 +332,10 @@ def test_bare_file_takes_image_size_where_the_table_fits_it(tmp_path):
     # A size the table does not fit (a resize target) leaves the square reading.
     config, _ = timm_format.read(path, num_heads=4, image_size=64)
     assert (config.grid_size, config.no_embed_class) == ((5, 5), True)
+    # A class token and a square 4x4 grid: a target size of 17 patches is a resize, not DeiT-3's layout.
+    tensors["pos_embed"] = np.zeros((1, 17, 64), np.float32)
+    config, _ = timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4, image_size=(8, 136))
+    assert config.no_embed_class is False
     tensors["pos_embed"] = np.zeros((1, 24, 64), np.float32)
     with pytest.raises(ValueError, match=r"model\.safetensors: pos_embed holds 24 positions, not a square grid"):
         timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
