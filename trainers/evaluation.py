@@ -45,7 +45,8 @@ class BestCheckpoint:
         # Every worker takes part in a save; only the chief's lands in model_dir/best.
         name = "best" if is_chief else f"best_{strategy.cluster_resolver.task_id}"
         self.directory = model_dir / name
-        self.manager = tf.train.CheckpointManager(checkpoint, str(self.directory), max_to_keep=1)
+        # Two kept: the one best.json names survives until best.json names the next, whenever the run stops.
+        self.manager = tf.train.CheckpointManager(checkpoint, str(self.directory), max_to_keep=2)
         self.record_path = model_dir / "best.json"
         self.is_chief = is_chief
         self.record = (json.loads(self.record_path.read_text()) if self.record_path.exists()

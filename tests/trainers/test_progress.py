@@ -57,3 +57,26 @@ def test_on_a_terminal_the_line_is_redrawn_in_place():
     assert text.count("\r") == 10 and text.count("\n") == 1  # one line, redrawn per step, ended once
     last = text.split("\r")[-1]
     assert last.startswith("step 10/10 [" + "=" * 24 + "] 100.0%") and last.endswith("\n")
+
+
+def test_best_json_names_a_checkpoint_that_exists_when_a_run_stops_between_them(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    from trainers import evaluation
+
+    checkpoint = tf.train.Checkpoint(weight=tf.Variable(1.0))
+    best = evaluation.BestCheckpoint(checkpoint, tmp_path, tf.distribute.get_strategy(), True)
+    best.consider(1, {"top1": 0.5, "top5": 0.9, "loss": 1.0})
+
+    def killed(*args):
+        raise KeyboardInterrupt  # after the checkpoint's save, before best.json names it
+
+    monkeypatch.setattr(evaluation, "write_text_atomically", killed)
+    try:
+        best.consider(2, {"top1": 0.7, "top5": 0.9, "loss": 0.8})
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    resumed = evaluation.BestCheckpoint(checkpoint, tmp_path, tf.distribute.get_strategy(), True)
+    assert resumed.record["step"] == 1
+    assert (tmp_path / "best" / f"{resumed.record['checkpoint']}.index").exists()
