@@ -4,7 +4,6 @@ import numpy as np
 from keras import ops
 
 
-
 def preprocess_input(x, data_format=None, config=None):
     """Maps pixels in `[0, 255]` to the model's input: `(x / 255 - mean) / std`.
 
@@ -101,4 +100,3 @@ def resize_pixels(image, size, crop_fraction=1.0, interpolation="bilinear"):
 
     resized = resize_and_center_crop(image, size, crop_fraction, interpolation)
     return tf.clip_by_value(tf.round(resized), 0.0, 255.0)
-
