@@ -89,7 +89,8 @@ def check_flags():
         if version and version.exists() and not _OVERWRITE.value:
             raise app.UsageError(f"--version={_VERSION.value} exists at {version}: choose another or pass --overwrite")
     if "://" not in _MODEL.value and not os.path.exists(_MODEL.value):
-        raise app.UsageError(f"--model={_MODEL.value!r} does not exist")
+        raise app.UsageError(f"--model must name an existing .keras file or checkpoint; received "
+                             f"--model={_MODEL.value!r}, which does not exist")
 
 
 flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")

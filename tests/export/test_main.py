@@ -81,7 +81,7 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
         "matches no file": [missing, "--format=tflite", f"--images={tmp_path / 'none*.png'}", "--output=x"],
         "exists: a TFLite export writes a new directory": [*tflite_base[:3], f"--output={tmp_path}"],
         "--version=2 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=2"],
-        "missing.keras' does not exist": [missing, f"--output={tmp_path / 's'}"],
+        "missing.keras', which does not exist": [missing, f"--output={tmp_path / 's'}"],
         "must be UTF-8 text": [f"--model={keras_model}", f"--output={tmp_path / 's'}",
                                f"--labels={tmp_path / 'latin1.txt'}"],
         "is not an export": [f"--inspect={tmp_path / 'taken' / 'vit'}"],
