@@ -39,7 +39,7 @@ import tensorflow as tf
 from export import preprocessing as prep
 from export import serving_check
 from export.labels import check_labels, is_classifier
-from keras_vit.model import outputs_probabilities
+from keras_vit.model import head_input, outputs_probabilities
 
 METADATA = "keras_vit_export.json"
 DEFAULT_TOP_K = 5
@@ -78,7 +78,7 @@ class ServingFunctions:
     def _classifier(self):
         p = self.preprocessing
         fixed = self.model.input_shape[1:3]
-        feature_model = keras.Model(self.model.input, _features(self.model))
+        feature_model = keras.Model(self.model.input, head_input(self.model)[0])
         return {
             "serving_default": _signature(lambda images: self._classify(self._images(images)),
                                           "images", tf.string, [None]),
@@ -92,15 +92,6 @@ class ServingFunctions:
     def _features(self):
         return {"features": _signature(lambda images: {"features": self._run(self.model, self._images(images))},
                                        "images", tf.string, [None])}
-
-
-def _features(model):
-    """What the model without its top returns: the vector its head reads, after pre_logits or timm's
-    fc_norm or the pooling; DeiT's, the mean of its two tokens' vectors."""
-    names = [layer.name for layer in model.layers]
-    if "distillation_pooling" in names:
-        return keras.layers.Average()([model.get_layer(n).output for n in ("pooling", "distillation_pooling")])
-    return model.get_layer(next(n for n in ("pre_logits", "fc_norm", "pooling") if n in names)).output
 
 
 def _signature(fn, name, dtype, shape):

@@ -82,11 +82,12 @@ def class_names(model, labels_path):
 
 def top5(model, inputs, names):
     """`[(name, probability), ...]` of the five best classes (fewer if the model has fewer)."""
-    import keras
     import numpy as np
 
+    from keras_vit.model import outputs_probabilities
+
     scores = np.asarray(model.predict_on_batch(inputs))[0]
-    if getattr(model.layers[-1], "activation", None) is not keras.activations.softmax:
+    if not outputs_probabilities(model):  # a distilled DeiT's softmax sits in its heads
         scores = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
     best = np.argsort(scores)[::-1][:5]
     return [(names[i], float(scores[i])) for i in best]
@@ -104,6 +105,9 @@ def main(argv):
     from keras_vit import figures
 
     output = pathlib.Path(_OUTPUT.value or f"explain_{pathlib.Path(_IMAGE.value).stem}")
+    if output.exists() and not output.is_dir():
+        raise app.UsageError(f"--output must be a directory for the figures; received --output={str(output)!r}, "
+                             "an existing file")
     try:
         model = load_model(_MODEL.value)
         names = class_names(model, _LABELS.value)

@@ -307,6 +307,23 @@ def ViT(
     return model
 
 
+def head_input(model):
+    """`(tensor, name)`: the vector a keras_vit model's head reads, what the model without its top returns.
+
+    After `pre_logits`, else `fc_norm`, else the pooling; a distilled DeiT's,
+    the mean of its two tokens' vectors. None for a model with none of these
+    layers (a foreign one).
+    """
+    names = {layer.name for layer in model.layers}
+    if "distillation_pooling" in names:
+        pooled = [model.get_layer(name).output for name in ("pooling", "distillation_pooling")]
+        return keras.layers.Average(name="distilled_features")(pooled), "distilled_features"
+    for name in ("pre_logits", "fc_norm", "pooling"):
+        if name in names:
+            return model.get_layer(name).output, name
+    return None
+
+
 def outputs_probabilities(model):
     """Whether a Keras classifier ends in a softmax (True) or returns logits (False).
 

@@ -73,9 +73,13 @@ def mpp_network(config, input_shape=None, seed=None, name="vit_mpp"):
 
 
 def backbone(network, name="vit"):
-    """The headless ViT of an MPP `network`, holding its pre-trained weights (not the mask or the MPP head)."""
+    """The headless ViT of an MPP `network`, holding its pre-trained weights (not the mask or the MPP head).
+
+    Layers MPP does not train, which act on the pooled vector (`fc_norm`, `pre_logits`), start as initialised.
+    """
     model = vit_model.ViT(network.vit_config, include_top=False, name=name)
+    trained = {layer.name for layer in network.layers}
     for layer in model.layers:
-        if layer.weights:
+        if layer.weights and layer.name in trained:
             layer.set_weights(network.get_layer(layer.name).get_weights())
     return model

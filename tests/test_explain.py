@@ -68,11 +68,28 @@ def test_bad_input_is_named(tmp_path, image):
                           classes=3)
     model.save(tmp_path / "m.keras")
     (tmp_path / "two.txt").write_text("a\nb\n")
-    missing, bad, labels = explain_together(
+    (tmp_path / "a_file").write_text("")
+    missing, bad, labels, output = explain_together(
         ["--model=whatever.keras", f"--image={tmp_path / 'none.png'}"],
         [f"--model={tmp_path / 'm.keras'}", f"--image={tmp_path / 'text.png'}"],
         [f"--model={tmp_path / 'm.keras'}", f"--image={image}", f"--labels={tmp_path / 'two.txt'}",
-         f"--output={tmp_path / 'out'}"])
+         f"--output={tmp_path / 'out'}"],
+        ["--model=whatever.keras", f"--image={image}", f"--output={tmp_path / 'a_file'}"])
+    assert output.returncode != 0 and "--output must be a directory" in output.stderr, output.stderr[-1000:]
     assert missing.returncode != 0 and "--image=" in missing.stderr and "no such file" in missing.stderr
     assert bad.returncode != 0 and "is not a JPEG, PNG, GIF or BMP image" in bad.stderr
     assert labels.returncode != 0 and "has 2 names; the model has 3 classes" in labels.stderr
+
+
+def test_top5_of_a_distilled_softmax_model_is_its_own_probabilities():
+    from keras_vit import explain
+
+    model = keras_vit.ViT(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
+                          classes=6, distilled=True)
+    for head in ("head", "head_dist"):  # spread probabilities, which a second softmax would flatten
+        model.get_layer(head).bias.assign(np.linspace(-3, 3, 6).astype("float32"))
+    inputs = np.random.default_rng(0).uniform(-1, 1, (1, 16, 16, 3)).astype("float32")
+    expected = np.sort(np.asarray(model(inputs))[0])[::-1][:5]
+    np.testing.assert_allclose([p for _, p in explain.top5(model, inputs, [str(i) for i in range(6)])], expected,
+                               rtol=1e-5)
+

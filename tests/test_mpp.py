@@ -96,7 +96,9 @@ def test_grey_images_have_8_colour_classes():
     assert mpp.colour_classes(1) == 8 and mpp.colour_classes(3) == 512
 
 
-@pytest.mark.parametrize("fields", [dict(), dict(classifier="token", distilled=True)])
+@pytest.mark.parametrize("fields", [dict(), dict(classifier="token", distilled=True),
+                                    # layers on the pooled vector, which MPP does not train
+                                    dict(fc_norm=True), dict(representation_size=8)])
 def test_network_predicts_every_patch_and_its_backbone_carries_the_weights(fields, tmp_path):
     network = mpp.mpp_network(TINY.replace(**fields), input_shape=(8, 8, 3), seed=0)
     images = np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 3)).astype("float32")
@@ -105,7 +107,7 @@ def test_network_predicts_every_patch_and_its_backbone_carries_the_weights(field
     for weight in network.get_layer("encoder_block_0").weights:
         weight.assign(np.random.default_rng(1).normal(size=weight.shape).astype("float32"))
     backbone = mpp.backbone(network)
-    assert backbone.output_shape == (None, 16) and backbone.vit_config.classes == 0
+    assert backbone.output_shape == (None, fields.get("representation_size", 16)) and backbone.vit_config.classes == 0
     for a, b in zip(backbone.get_layer("encoder_block_0").get_weights(),
                     network.get_layer("encoder_block_0").get_weights()):
         np.testing.assert_array_equal(a, b)

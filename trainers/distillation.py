@@ -147,17 +147,26 @@ class Teacher:
         return ops.stop_gradient(outputs)
 
     def _pick(self, outputs):
-        """One output of a SavedModel signature's dict: its only one, else `logits` or `probabilities`."""
-        names = [n for n in ("logits", "probabilities") if n in outputs] or (list(outputs) if len(outputs) == 1 else [])
-        if not names:
+        """One output of a SavedModel signature's dict: the one `teacher_outputs` names, else the one its
+        name says (`logits` first), else its only one."""
+        named = [n for n in ("logits", "probabilities") if n in outputs]
+        if self.probabilities is not None:
+            wanted = "probabilities" if self.probabilities else "logits"
+            if wanted in outputs:
+                return outputs[wanted]
+            if named:  # the signature names its output otherwise than the flag does
+                raise ValueError(f"--teacher_outputs={wanted} but the teacher's signature returns {sorted(outputs)}: "
+                                 f"set --teacher_outputs={named[0]}")
+        elif named:
+            self.probabilities = named[0] == "probabilities"
+            return outputs[named[0]]
+        if len(outputs) != 1:
             raise ValueError(f"The teacher's signature returns {sorted(outputs)}: it must return one output, "
                              "'logits' or 'probabilities'")
         if self.probabilities is None:
-            if names[0] not in ("logits", "probabilities"):
-                raise ValueError(f"The teacher's output {names[0]!r} does not say whether it is logits or "
-                                 "probabilities: set --teacher_outputs")
-            self.probabilities = names[0] == "probabilities"
-        return outputs[names[0]]
+            raise ValueError(f"The teacher's output {next(iter(outputs))!r} does not say whether it is logits or "
+                             "probabilities: set --teacher_outputs")
+        return next(iter(outputs.values()))
 
     def _inputs(self, images):
         """Student inputs to the teacher's: [0, 255] pixels (or a keras_vit teacher's own inputs), resized, RGB."""

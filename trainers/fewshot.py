@@ -36,6 +36,7 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from keras_vit.config import ViTConfig  # noqa: E402
+from keras_vit.model import head_input  # noqa: E402
 from trainers import data, recipes  # noqa: E402
 from trainers.atomic_files import write_text_atomically  # noqa: E402
 
@@ -44,8 +45,6 @@ DEFAULT_SHOTS = (1, 5, 10, 25)
 DEFAULT_L2_REG = 2.0**10
 # big_vision's BIAS_CONSTANT: large, so the bias is almost unregularised.
 BIAS_FEATURE = 100.0
-# Where the pooled vector the head reads comes from, most specific first (keras_vit.model._pool).
-FEATURE_LAYERS = ("pre_logits", "fc_norm", "pooling")
 DATASET_KINDS = ("keras_vit_digits", "tfds:NAME", "folder:PATH")
 
 
@@ -53,17 +52,17 @@ DATASET_KINDS = ("keras_vit_digits", "tfds:NAME", "folder:PATH")
 
 
 def feature_extractor(model):
-    """`model` cut at the vector its head reads; `(model, layer name)`.
+    """`model` cut at the vector its head reads (`keras_vit.model.head_input`); `(model, layer name)`.
 
-    The output of `pre_logits`, else `fc_norm`, else `pooling`; a model with
-    none of them (a headless or foreign model) must itself output vectors.
+    A model without a keras_vit head's layers (a headless or foreign model)
+    must itself output vectors.
     """
-    names = {layer.name for layer in model.layers}
-    for name in FEATURE_LAYERS:
-        if name in names:
-            return keras.Model(model.inputs, model.get_layer(name).output, name=f"{model.name}_features"), name
+    cut = head_input(model)
+    if cut is not None:
+        features, name = cut
+        return keras.Model(model.inputs, features, name=f"{model.name}_features"), name
     if len(model.output_shape) != 2:
-        raise ValueError(f"The model has no {' / '.join(FEATURE_LAYERS)} layer and its output is not one vector "
+        raise ValueError("The model has no pre_logits / fc_norm / pooling layer and its output is not one vector "
                          f"per image; received output shape {model.output_shape}")
     return model, model.layers[-1].name
 

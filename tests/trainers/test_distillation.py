@@ -132,6 +132,23 @@ def test_a_savedmodel_teacher_is_called_through_its_signature(tmp_path):
         distillation.load_teacher(str(tmp_path / "teacher"), "nope")
 
 
+def test_a_teacher_returning_both_outputs_gives_the_one_asked_for():
+    base = _teacher_model()
+    images = keras.Input((8, 8, 1))
+    logits = base(images)
+    both = keras.Model(images, {"logits": logits, "probabilities": keras.layers.Softmax()(logits)})
+    only_logits = keras.Model(images, {"logits": logits})
+    student = keras_vit.ViT(input_shape=(8, 8, 1), classifier_activation=None, **STUDENT)
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 8, 8, 1)).astype("float32")
+    expected = np.asarray(base((x * 0.5 + 0.5) * 255))
+    for outputs in ("auto", "logits", "probabilities"):  # log-probabilities are the logits, shifted per row
+        got = np.asarray(distillation.Teacher(both, student.vit_config, outputs).logits(x))
+        np.testing.assert_allclose(got - got.max(1, keepdims=True), expected - expected.max(1, keepdims=True),
+                                   atol=1e-5, err_msg=outputs)
+    with pytest.raises(ValueError, match=r"--teacher_outputs=probabilities but .* \['logits'\]: set --teacher_outputs=logits"):
+        distillation.Teacher(only_logits, student.vit_config, "probabilities").logits(x)
+
+
 def test_a_teacher_that_does_not_fit_the_data_is_refused():
     student = keras_vit.ViT(input_shape=(8, 8, 1), classifier_activation=None, **STUDENT)
     images = np.zeros((2, 8, 8, 1), "float32")

@@ -106,6 +106,14 @@ def test_features_are_the_vector_the_head_reads():
     np.testing.assert_array_equal(labels, np.arange(5))
     assert fewshot.feature_extractor(keras_vit.ViT(TINY, classes=3))[1] == "pooling"
     assert fewshot.feature_extractor(keras_vit.ViT(TINY.replace(fc_norm=True), classes=3))[1] == "fc_norm"
+    # A distilled DeiT's features are its two tokens' mean, as without its top.
+    deit = keras_vit.ViT(TINY.replace(classifier="token", distilled=True), classes=3)
+    headless = keras_vit.ViT(TINY.replace(classifier="token", distilled=True), include_top=False)
+    headless.set_weights(deit.get_weights()[:len(headless.weights)])
+    extractor, layer = fewshot.feature_extractor(deit)
+    inputs = keras_vit.preprocess_input(np.repeat(images, 3, axis=-1), config=deit.vit_config)
+    assert layer == "distilled_features"
+    np.testing.assert_allclose(extractor(inputs), headless(inputs), atol=1e-6)
 
 
 @pytest.fixture(scope="module")
