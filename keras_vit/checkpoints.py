@@ -413,7 +413,7 @@ def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, so
         value = value.reshape(shape)
     table = positions.is_table(path_in_model)
     # A known grid decides, not the shape: a (2, 8) table has as many rows as a (4, 4) one.
-    regrid = table and source_grid_size and tuple(source_grid_size) != _table_layer(model, layer_path).grid_size
+    regrid = table and source_grid_size and tuple(source_grid_size) != _table_grid(model, layer_path, block)
     if tuple(value.shape) == shape and not regrid:
         return value
     if not table:
@@ -428,6 +428,11 @@ def _fit(model, arrays, key, transform, path_in_model, shape, block, resized, so
         resized[layer_path] = _resize_tables(_table_layer(model, layer_path), arrays, source_grid_size)
     value = resized[layer_path][name]
     return value if tuple(value.shape) == shape else None  # e.g. another width
+
+
+def _table_grid(model, layer_path, block):
+    """The grid the model's tables at `layer_path` are made for (a scanned encoder's: the model's)."""
+    return tuple(model.vit_config.grid_size) if block is not None else _table_layer(model, layer_path).grid_size
 
 
 def _table_layer(model, layer_path):

@@ -12,6 +12,7 @@ own conventions (`vision_transformer.py` of timm).
 """
 
 import dataclasses
+import math
 import numbers
 
 from keras_vit.layers.utils import check_choice, to_pair
@@ -61,7 +62,7 @@ class ViTConfig:
     # timm's global_pool="avg" models may keep one and leave it out of the mean.
     class_token: bool = None
     # DeiT's distillation token, after the class token, with its own head
-    # ("head_dist"); at inference the two heads' outputs are averaged.
+    # ("head_dist"); at inference the two heads' logits are averaged (then the activation).
     distilled: bool = False
     # learned_1d, learned_2d, sincos_2d, relative, relative_2d or none.
     position_embedding: str = "learned_1d"
@@ -142,8 +143,9 @@ class ViTConfig:
                 _check_int("resnet_num_layers", units, low=1)
         for name in ("input_mean", "input_std"):
             value = tuple(float(v) for v in getattr(self, name))
-            if len(value) != self.channels or (name == "input_std" and min(value) <= 0):
-                raise ValueError(f"`{name}` must hold {self.channels} floats (one per channel)"
+            if (len(value) != self.channels or not all(map(math.isfinite, value))
+                    or (name == "input_std" and min(value) <= 0)):
+                raise ValueError(f"`{name}` must hold {self.channels} finite floats (one per channel)"
                                  f"{', each > 0' if name == 'input_std' else ''}; received {name}={getattr(self, name)!r}")
             fix(name, value)
         self._check_combinations()
@@ -248,7 +250,7 @@ def _check_int(name, value, low):
 
 
 def _check_float(name, value, low, high, low_open=False):
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
     if not ok:
         bounds = f"{'(' if low_open else '['}{low}, {'inf)' if high is None else f'{high})'}"

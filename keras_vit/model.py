@@ -105,7 +105,7 @@ def _check_top(config, include_top, pooling):
     if include_top and not config.classes:
         raise ValueError("include_top=True needs a head: the configuration has classes=0 (no head); "
                          "pass classes=N or include_top=False")
-    if pooling == "token" and not config.class_token:
+    if pooling == "token" and not include_top and not config.class_token:  # ignored with the top, as Keras
         raise ValueError(f"pooling='token' needs a class token; received classifier={config.classifier!r} "
                          f"and class_token={config.class_token}")
     return include_top
@@ -210,20 +210,19 @@ def _pool(config, tokens, pooling):
 
 
 def _head(config, features, classifier_activation, name="head"):
-    """The classification head; DeiT's two heads averaged (its inference rule) for a distilled model."""
+    """The classification head; for a distilled model DeiT's inference rule: the two heads' logits
+    averaged, then the activation."""
+    # Computed in the variable dtype, so logits are float32 under mixed precision.
+    dtype = keras.mixed_precision.dtype_policy().variable_dtype
     if isinstance(features, list):
-        heads = [_head(config, f, classifier_activation, n) for f, n in zip(features, ("head", "head_dist"))]
-        return keras.layers.Average(name="distilled_average")(heads)
-    # The head starts at zero (the paper's fine-tuning rule) and computes
-    # in the variable dtype, so logits are float32 under mixed precision.
-    return keras.layers.Dense(
-        config.classes,
-        activation=classifier_activation,
-        kernel_initializer="zeros",
-        bias_initializer="zeros",
-        dtype=keras.mixed_precision.dtype_policy().variable_dtype,
-        name=name,
-    )(features)
+        heads = [_head(config, f, None, n) for f, n in zip(features, ("head", "head_dist"))]
+        logits = keras.layers.Average(dtype=dtype, name="distilled_average")(heads)
+        if classifier_activation is None:
+            return logits
+        return keras.layers.Activation(classifier_activation, dtype=dtype, name="predictions")(logits)
+    # The head starts at zero (the paper's fine-tuning rule).
+    return keras.layers.Dense(config.classes, activation=classifier_activation, kernel_initializer="zeros",
+                              bias_initializer="zeros", dtype=dtype, name=name)(features)
 
 
 def ViT(
@@ -328,7 +327,8 @@ def outputs_probabilities(model):
     """Whether a Keras classifier ends in a softmax (True) or returns logits (False).
 
     A softmax activation of the last layer or a `Softmax` layer counts; a
-    distilled DeiT ends in the average of its two heads, whose activation says.
+    distilled DeiT's `.keras` file written before its activation followed the
+    average ends in the average of its two heads, whose activation says.
     """
     last = model.layers[-1]
     if last.name == "distilled_average":
@@ -491,8 +491,8 @@ def _deit_builder(size):
     The ViT-{size}/16 encoder with the conventions DeiT was trained with (timm's): exact GELU, ImageNet
     mean and std (`keras_vit.preprocess_input(x, config=model.vit_config)`), bicubic position resizing.
     `distilled=True` adds the distillation token after the class token and its head `head_dist`; the
-    model's output is the average of the two heads (DeiT's inference rule), and each head is
-    `model.get_layer("head")` / `model.get_layer("head_dist")`. `weights` takes a checkpoint path (the
+    model's output is the activation of the two heads' mean logits (DeiT's inference rule), and each
+    head is `model.get_layer("head")` / `model.get_layer("head_dist")`. `weights` takes a checkpoint path (the
     released DeiT weights in their timm / Hugging Face safetensors form). The other arguments are the
     `keras.applications` ones and any `keras_vit.ViTConfig` field.
 

@@ -363,3 +363,13 @@ def test_the_head_restarts_with_the_pre_logits_it_read(tmp_path):
                   keras_vit.ViT.from_checkpoint(path, representation_size=None)):
         assert "pre_logits" not in [layer.name for layer in model.layers]
         assert not np.any(model.get_layer("head").kernel.numpy())
+
+
+def test_a_scanned_model_loads_a_stated_file_with_relative_tables(tmp_path):
+    # exact GELU makes the file state its configuration; the tables sit in the scanned encoder's stack
+    fields = {**TINY, "position_embedding": "relative", "gelu_approximate": False}
+    source = _randomized(**fields)
+    path = checkpoints.save_npz(source, tmp_path / "relative.npz")
+    scanned = checkpoints.load_npz(keras_vit.ViT(**fields, scan_layers=True), path)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(scanned(images)), np.asarray(source(images)), atol=1e-5)

@@ -32,11 +32,11 @@ def test_two_prefix_tokens_and_two_heads():
     np.testing.assert_allclose(dist_logits, np.asarray(tokens)[:, 1] @ head_dist.kernel.numpy()
                                + head_dist.bias.numpy(), atol=1e-5)
     assert np.abs(cls_logits - dist_logits).max() > 1e-2  # two heads, two answers
-    # Logits out: their mean (timm's eval output); probabilities out: the mean of the two softmaxes (DeiT's rule).
+    # Logits out: their mean (DeiT's and timm's eval output); probabilities out: its softmax.
     np.testing.assert_allclose(np.asarray(model(IMAGES)), (cls_logits + dist_logits) / 2, atol=1e-5)
     softmax = keras_vit.ViT(config, classifier_activation="softmax")
     softmax.set_weights(model.get_weights())
-    expected = (np.asarray(keras.ops.softmax(cls_logits)) + np.asarray(keras.ops.softmax(dist_logits))) / 2
+    expected = np.asarray(keras.ops.softmax((cls_logits + dist_logits) / 2))
     np.testing.assert_allclose(np.asarray(softmax(IMAGES)), expected, atol=1e-6)
 
 
@@ -81,6 +81,19 @@ def test_deit_builders_use_deits_conventions():
     config = model.vit_config
     assert (config.hidden_size, config.num_heads, config.distilled, config.gelu_approximate) == (192, 3, True, False)
     assert config.input_mean == keras_vit.config.IMAGENET_MEAN and model.name == "deit_ti16_distilled"
+
+
+def test_a_distilled_model_averages_its_heads_logits_then_softmaxes():
+    # DeiT's rule, (head + head_dist) / 2 on logits; averaging probabilities can pick another class.
+    model = distilled()
+    biases = {"head": [4.0, 0, 0, 0, 0], "head_dist": [-4.0, 2.0, 0, 0, 0]}
+    for name, bias in biases.items():
+        model.get_layer(name).kernel.assign(np.zeros((32, 5), "float32"))
+        model.get_layer(name).bias.assign(np.array(bias, "float32"))
+    logits = (np.array(biases["head"]) + np.array(biases["head_dist"])) / 2
+    probabilities = np.asarray(model(np.zeros((1, 16, 24, 3), "float32")))[0]
+    np.testing.assert_allclose(probabilities, np.exp(logits) / np.exp(logits).sum(), rtol=1e-5)
+    assert probabilities.argmax() == 1
 
 
 def test_export_reads_a_distilled_models_output_kind():

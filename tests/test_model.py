@@ -182,6 +182,7 @@ def test_mixed_bfloat16_computes_in_bf16_and_returns_float32_logits():
     assert model.get_layer("position_embedding").embedding.dtype == "float32"
     logits = model(IMAGES)
     assert logits.dtype == "float32"
+    assert tiny(distilled=True)(IMAGES).dtype == "float32"  # through the average of its two heads
     keras.mixed_precision.set_global_policy("float32")
     reference_model = tiny(representation_size=16)
     reference_model.set_weights(model.get_weights())
@@ -294,6 +295,10 @@ def test_weights_argument_loads_a_keras_weights_file(tmp_path):
         tiny(weights="imagenet")
 
 
+def test_pooling_is_ignored_with_the_top_as_in_keras_applications():
+    assert tiny(classifier="gap", pooling="token", include_top=True).output_shape == (None, 10)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(image_size=(36, 48)), r"divisible by `patch_size`=\(8, 8\); received image_size=\(36, 48\)"),
     (dict(position_embedding="rope"), "position_embedding.*received position_embedding='rope'"),
@@ -307,6 +312,9 @@ def test_weights_argument_loads_a_keras_weights_file(tmp_path):
     (dict(classes=-1), "received classes=-1"),
     (dict(classes=0, include_top=True), "include_top=True needs a head: the configuration has classes=0"),
     (dict(scan_layers=True, drop_path_rate=1.0), r"`drop_path_rate` must be a float in \[0.0, 1\); received drop_path_rate=1.0"),
+    (dict(layer_norm_epsilon=float("inf")), r"`layer_norm_epsilon` must be a float in \(0.0, inf\); received .*inf"),
+    (dict(input_mean=(float("nan"),) * 3), r"`input_mean` must hold 3 finite floats .*received input_mean=\(nan"),
+    (dict(input_std=(float("inf"),) * 3), r"`input_std` must hold 3 finite floats"),
 ])
 def test_bad_arguments_name_expected_and_received(kwargs, message):
     with pytest.raises(ValueError, match=message):
