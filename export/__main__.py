@@ -42,14 +42,6 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "SavedModel: replace an exist
                                                    "is proven).")
 
 
-def read_images(pattern, model):
-    """Decodes the files matching `pattern` to model inputs in [-1, 1]."""
-    files = sorted(glob.glob(pattern))
-    if not files:
-        raise app.UsageError(f"--images={pattern!r} matches no file")
-    return preprocessing.read_images(files, preprocessing.Preprocessing.for_model(model, _CROP.value))
-
-
 def read_labels(path):
     """The class names of a labels file, one per line (a final newline is not a class)."""
     try:
@@ -66,7 +58,10 @@ FORMAT_FLAGS = {"saved_model": ("name", "version", "top_k", "max_image_pixels", 
 
 
 def check_flags():
-    """Every flag against the others and the files they name, before the model loads."""
+    """Every flag against the others and the files they name, before the model loads.
+
+    Returns the image files of `--images` (TFLite), or None.
+    """
     if not _MODEL.value or not _OUTPUT.value:
         raise app.UsageError("--model and --output are required (or --inspect=DIR)")
     fmt = _FORMAT.value
@@ -74,10 +69,12 @@ def check_flags():
     misplaced = [f"--{name}" for name in FORMAT_FLAGS[other] if flags.FLAGS[name].present]
     if misplaced:
         raise app.UsageError(f"{', '.join(misplaced)} apply to --format={other} only; received --format={fmt}")
+    images = None
     if fmt == "tflite":
         if not _IMAGES.value:
             raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
-        if not glob.glob(_IMAGES.value):
+        images = sorted(glob.glob(_IMAGES.value))
+        if not images:
             raise app.UsageError(f"--images={_IMAGES.value!r} matches no file")
         if os.path.lexists(_OUTPUT.value):
             raise app.UsageError(f"--output={_OUTPUT.value!r} exists: a TFLite export writes a new directory")
@@ -91,6 +88,7 @@ def check_flags():
     if "://" not in _MODEL.value and not os.path.exists(_MODEL.value):
         raise app.UsageError(f"--model must name an existing .keras file or checkpoint; received "
                              f"--model={_MODEL.value!r}, which does not exist")
+    return images
 
 
 flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
@@ -107,13 +105,15 @@ def main(argv):
                                  "(BASE/NAME/VERSION) holding saved_model.pb")
         print(saved_model.inspect(_INSPECT.value))
         return 0
-    check_flags()
+    image_files = check_flags()
     labels = read_labels(_LABELS.value) if _LABELS.value else None
     try:
         sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value else {}
         model = loading.load_model(_MODEL.value, **sized)
-        export = _saved_model if _FORMAT.value == "saved_model" else _tflite
-        export(model, labels)
+        if _FORMAT.value == "saved_model":
+            _saved_model(model, labels)
+        else:
+            _tflite(model, labels, image_files)
     except tflite.ToleranceError as error:  # the flags were right; the converted model is not
         raise SystemExit(str(error)) from error
     except ValueError as error:  # what the model or the flags cannot do, named by the check that found it
@@ -130,12 +130,12 @@ def _saved_model(model, labels):
     print(saved_model.inspect(path))
 
 
-def _tflite(model, labels):
-    images = read_images(_IMAGES.value, model)
+def _tflite(model, labels, image_files):
+    steps = preprocessing.Preprocessing.for_model(model, _CROP.value)
+    images = preprocessing.read_images(image_files, steps)  # decoded as a request's images are
     result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=images,
                                   verify_images=images, labels=labels, force=_FORCE.value,
-                                  metadata={"source": _MODEL.value, **dataclasses.asdict(
-                                      preprocessing.Preprocessing.for_model(model, _CROP.value))})
+                                  metadata={"source": _MODEL.value, **dataclasses.asdict(steps)})
     tflite.print_table([{"quantize": _QUANTIZE.value, **result}])
 
 

@@ -44,9 +44,9 @@ import tensorflow as tf
 from keras import ops
 
 from export.labels import check_labels, is_classifier
+from export.preprocessing import Preprocessing
 from keras_vit.model import outputs_probabilities
 from keras_vit.layers.utils import check_choice
-from keras_vit.preprocessing import input_range
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 
@@ -509,15 +509,10 @@ def _refuse_unless_forced(quantize, result, force):
     return failures
 
 
-def _input_range(model):
-    config = getattr(model, "vit_config", None)
-    return input_range(config.input_mean, config.input_std) if config else input_range()
-
-
 def _input_and_output(model):
     """The `input` and `output` entries of metadata.json: what every variant takes and returns."""
     return {
-        "input": {"shape": list(input_shape(model)), "dtype": "float32", "range": list(_input_range(model))},
+        "input": {"shape": list(input_shape(model)), "dtype": "float32", "range": list(Preprocessing.for_model(model).input_range)},
         "output": {
             "shape": [1, int(model.output_shape[-1])],
             "dtype": "float32",

@@ -119,7 +119,6 @@ def read_npz(path):
     """
     with _gfile().GFile(str(path), "rb") as f:
         data = f.read()
-    problem = None
     try:
         archive = np.load(io.BytesIO(data), allow_pickle=False)
         if isinstance(archive, np.lib.npyio.NpzFile):
