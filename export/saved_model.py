@@ -250,6 +250,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     version = next_version(model_base) if version is None else version
     preprocessing = prep.Preprocessing.for_model(model, crop_fraction, max_image_pixels)
     labels, top_k = _check_arguments(model, labels, top_k)
+    created = [folder for folder in (model_base, *model_base.parents) if not folder.exists()]  # deepest first
     final = _check_output(model_base, version, overwrite)
     staging = model_base / f".tmp-{version}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -273,6 +274,12 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
         _publish(staging, final, overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not final.exists():  # failed: the folders made for it go too, unless something else is now in them
+            for folder in created:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
     return final
 
 

@@ -10,6 +10,7 @@ stateful generators and are the exception; see BUILD.md).
 
 import dataclasses
 import functools
+import math
 import os
 
 import numpy as np
@@ -35,6 +36,26 @@ class Source:
     # where the source has them, else None: the inception-crop training
     # stream decodes these, a JPEG only its crop window.
     encoded: tf.data.Dataset = None
+    # Where its examples are stored, as (file or folder, first, end) record
+    # ranges: what tells two splits that share examples.
+    records: tuple = ()
+
+
+def check_disjoint(dataset, train_split, train, eval_split, evaluation):
+    """Raises ValueError when the evaluation split reads examples the training split reads.
+
+    An accuracy measured on training examples would be overstated silently;
+    TFDS slices (`train[:90%]`, `train[90%:]`) are compared by record range.
+    """
+    for name, first, end in train.records:
+        for other, other_first, other_end in evaluation.records:
+            if name == other and max(first, other_first) < min(end, other_end):
+                shared = "" if math.isinf(min(end, other_end)) else (
+                    f", records {max(first, other_first)} to {min(end, other_end) - 1}")
+                raise ValueError(
+                    f"Splits {train_split!r} and {eval_split!r} of dataset={dataset!r} share examples ({name}"
+                    f"{shared}): an accuracy measured on training examples would be overstated. "
+                    "Choose an evaluation split that does not overlap the training split.")
 
 
 def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
@@ -75,9 +96,16 @@ def _read_config():
     return tfds.ReadConfig(shuffle_seed=0, interleave_cycle_length=1)
 
 
-def _check_split(split, splits, dataset):
-    if split not in splits:
-        raise ValueError(f"split {split!r} is not one of the splits of dataset {dataset!r}: {sorted(splits)}")
+def _check_split(split, splits, dataset, slices=True):
+    """Refuses a split that is not one of `splits` nor, where `slices`, a TFDS expression of them (`train[:99%]`)."""
+    try:
+        if not slices and split not in splits:
+            raise KeyError(split)
+        splits[split]
+    except (KeyError, ValueError):
+        also = ", or a TFDS slice of them such as 'train[:99%]'" if slices else ""
+        raise ValueError(f"split {split!r} is not one of the splits of dataset {dataset!r}: {sorted(splits)}"
+                         f"{also}") from None
 
 
 def _load_tfds(name, split, data_dir):
@@ -97,8 +125,10 @@ def _load_tfds(name, split, data_dir):
                                  decoders={"image": tfds.decode.SkipDecoding()})
     info = builder.info
     channels = info.features["image"].shape[-1] or 3
+    records = tuple((os.path.realpath(file.filename), file.skip, file.skip + file.take)
+                    for file in info.splits[split].file_instructions)
     return Source(_decoded(encoded, channels), info.splits[split].num_examples, info.features["label"].num_classes,
-                  channels, encoded=encoded)
+                  channels, encoded=encoded, records=records)
 
 
 def _load_folder(root, split, skip_bad_images):
@@ -107,7 +137,7 @@ def _load_folder(root, split, skip_bad_images):
     if not os.path.isdir(root):
         raise ValueError(f"dataset='folder:{root}': no such directory (expected {root}/SPLIT/LABEL/*.jpg)")
     builder = tfds.folder_dataset.ImageFolder(root)
-    _check_split(split, builder.info.splits, f"folder:{root}")
+    _check_split(split, builder.info.splits, f"folder:{root}", slices=False)  # a split is a subfolder
     bad = image_scan.scan(root, split)
     if bad and not skip_bad_images:
         listed = "\n".join(f"  {path}: {reason}" for path, reason in list(bad.items())[:20])
@@ -123,7 +153,8 @@ def _load_folder(root, split, skip_bad_images):
         bad_paths = tf.constant(sorted(bad))
         ds = ds.filter(lambda ex: tf.logical_not(tf.reduce_any(tf.equal(ex["image/filename"], bad_paths))))
     encoded = ds.map(lambda ex: (ex["image"], ex["label"]))
-    return Source(_decoded(encoded, 3), num_examples - len(bad), num_classes, 3, skipped=len(bad), encoded=encoded)
+    return Source(_decoded(encoded, 3), num_examples - len(bad), num_classes, 3, skipped=len(bad), encoded=encoded,
+                  records=((os.path.realpath(os.path.join(root, split)), 0, math.inf),))
 
 
 def _load_tfrecord(name, pattern, split, num_classes):
@@ -134,7 +165,8 @@ def _load_tfrecord(name, pattern, split, num_classes):
         raise ValueError(f"No TFRecord files match {pattern.replace('{split}', split)!r} (dataset={name!r})")
     count = sum(_scan_tfrecord_labels(path, num_classes) for path in files)
     encoded = tf.data.TFRecordDataset(files).map(_parse_example, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return Source(_decoded(encoded, 3), count, num_classes, 3, encoded=encoded)
+    return Source(_decoded(encoded, 3), count, num_classes, 3, encoded=encoded,
+                  records=tuple((os.path.realpath(file), 0, math.inf) for file in files))
 
 
 def _scan_tfrecord_labels(path, num_classes):

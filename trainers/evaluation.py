@@ -57,13 +57,22 @@ class BestCheckpoint:
         line = (f"eval at step {step}: top-1 {results['top1']:.4f}  top-5 {results['top5']:.4f}  "
                 f"loss {results['loss']:.4f}")
         if results["top1"] <= self.record["eval_top1"]:
-            return f"{line}  (best: {self.record['eval_top1']:.4f} at step {self.record['step']})"
-        self.manager.save(checkpoint_number=step)
-        self.record = {"step": step, "eval_top1": results["top1"], "eval_top5": results["top5"],
-                       "eval_loss": results["loss"], "checkpoint": os.path.basename(self.manager.latest_checkpoint)}
+            line = f"{line}  (best: {self.record['eval_top1']:.4f} at step {self.record['step']})"
+        else:
+            self.manager.save(checkpoint_number=step)
+            self.record = {"step": step, "eval_top1": results["top1"], "eval_top5": results["top5"],
+                           "eval_loss": results["loss"],
+                           "checkpoint": os.path.basename(self.manager.latest_checkpoint)}
+            line = f"{line}  (new best, saved to {self.directory.name}/)"
+        self.record["last_evaluated_step"] = step
         if self.is_chief:
             write_text_atomically(self.record_path, json.dumps(self.record, indent=2))
-        return f"{line}  (new best, saved to {self.directory.name}/)"
+        return line
+
+    @property
+    def last_evaluated_step(self):
+        """The step of the last evaluation considered (a record from before this field: its best step, or 0)."""
+        return self.record.get("last_evaluated_step", self.record["step"] or 0)
 
     def remove_scratch(self):
         tf.io.gfile.rmtree(str(self.directory))

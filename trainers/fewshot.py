@@ -265,6 +265,7 @@ def open_splits(values):
     model = load_model(values.model)
     train = data.load(values.dataset, values.train_split, values.data_dir, 0, values.skip_bad_images)
     test = data.load(values.dataset, values.eval_split, values.data_dir, 0, values.skip_bad_images)
+    data.check_disjoint(values.dataset, values.train_split, train, values.eval_split, test)
     channels = model.input_shape[-1]
     if train.channels not in (channels, 1):
         raise ValueError(f"The model takes {channels}-channel images; dataset={values.dataset!r} has {train.channels}")

@@ -244,6 +244,7 @@ def _check_model_dir(model_dir, recipe):
 def _load_sources(recipe, data_dir, skip_bad_images):
     train_source = data.load(recipe.dataset, recipe.train_split, data_dir, recipe.num_classes, skip_bad_images)
     eval_source = data.load(recipe.dataset, recipe.eval_split, data_dir, recipe.num_classes, skip_bad_images)
+    data.check_disjoint(recipe.dataset, recipe.train_split, train_source, recipe.eval_split, eval_source)
     for split, source in ((recipe.train_split, train_source), (recipe.eval_split, eval_source)):
         if source.skipped:
             logging.warning("Skipped %d undecodable images of split %r (--skip_bad_images)", source.skipped, split)
@@ -303,10 +304,14 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     callbacks = _callbacks(recipe, model_dir, is_chief, progress)
     best = BestCheckpoint(checkpoint, model_dir, strategy, is_chief)
     evaluate = Evaluation(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), model_dir, is_chief)
+    step = current_step(optimizer)
+    if resumed_from and _evaluates_at(step, recipe, eval_every) and best.last_evaluated_step < step:
+        # The run stopped between this checkpoint and its evaluation.
+        progress.message(best.consider(step, evaluate(step)))
     for step in _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks):
         if step % recipe.checkpoint_every == 0 or step == recipe.train_steps:
             manager.save(checkpoint_number=step)
-        if eval_every and step % eval_every == 0 and step < recipe.train_steps:
+        if _evaluates_at(step, recipe, eval_every):
             progress.message(best.consider(step, evaluate(step)))
 
     step = current_step(optimizer)
@@ -317,6 +322,11 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
                "best_step": best.record["step"], "best_top1": best.record["eval_top1"]}
     _finish(model, model_dir, metrics, is_chief, manager, best)
     return model, metrics
+
+
+def _evaluates_at(step, recipe, eval_every):
+    """Whether the run evaluates at `step` between chunks (the last step's evaluation comes after the loop)."""
+    return bool(eval_every) and step % eval_every == 0 and 0 < step < recipe.train_steps
 
 
 def _set_up_model(recipe, strategy, kind, train_source, eval_source):

@@ -381,17 +381,22 @@ def test_an_export_the_cpp_loader_cannot_serve_is_never_published(model, tmp_pat
     monkeypatch.setattr(saved_model, "_save", save_the_keras_model)
     with pytest.raises(RuntimeError, match=r"C API.*could not serve(.|\n)*Could not find variable"):
         saved_model.export_saved_model(model, tmp_path, name="vit")
-    assert list((tmp_path / "vit").iterdir()) == []
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_a_failed_export_leaves_no_version(model, tmp_path, monkeypatch):
+def test_a_failed_export_leaves_no_version_nor_the_folders_made_for_it(model, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(saved_model, "write_warmup", broken)
     with pytest.raises(OSError, match="disk full"):
+        saved_model.export_saved_model(model, tmp_path / "serving" / "models", name="vit")
+    assert list(tmp_path.iterdir()) == []
+    # A model folder that was there keeps what it held.
+    (tmp_path / "vit" / "1").mkdir(parents=True)
+    with pytest.raises(OSError, match="disk full"):
         saved_model.export_saved_model(model, tmp_path, name="vit")
-    assert list((tmp_path / "vit").iterdir()) == []
+    assert [path.name for path in (tmp_path / "vit").iterdir()] == ["1"]
 
 
 def test_warmup_records_cover_every_signature(exported):

@@ -164,6 +164,15 @@ def test_more_shots_than_a_class_has_are_refused_before_any_feature(tiny_model_p
         fewshot.evaluate(values)
 
 
+def test_an_evaluation_split_sharing_training_examples_is_refused_before_any_feature(tiny_model_path, data_dir,
+                                                                                    monkeypatch):
+    monkeypatch.setattr(fewshot, "features", lambda *args, **kwargs: pytest.fail("computed features"))
+    values = flag_values(model=str(tiny_model_path), data_dir=data_dir, train_split="train[:90%]",
+                         eval_split="train[50%:]")
+    with pytest.raises(ValueError, match=r"Splits 'train\[:90%\]' and 'train\[50%:\]' .* share examples"):
+        fewshot.evaluate(values)
+
+
 def test_command_line_prints_the_table_and_writes_json(tiny_model_path, data_dir, tmp_path):
     output = tmp_path / "fewshot.json"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}

@@ -3,6 +3,7 @@ and leaves --model_dir byte for byte as it was. Nothing here trains."""
 
 import hashlib
 import pathlib
+import re
 import types
 
 import numpy as np
@@ -71,7 +72,7 @@ def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
     ("pretrained", "imagenet21k", r"`pretrained` weights by name need the model of a named variant"),
     ("dataset", "tfrecord:/nowhere/*", r"set `num_classes` >= 1"),
     ("num_classes", 7, r"`num_classes` must match the 10 classes .*received num_classes=7"),
-    ("eval_split", "validation", r"split 'validation' is not one of the splits .*\['test', 'train'\]"),
+    ("eval_split", "validation", r"split 'validation' is not one of the splits .*\['test', 'train'\], or a TFDS"),
     ("batch_size", 4096, r"`batch_size` must be <= the 1437 training examples"),
 ])
 def test_a_bad_field_stops_the_run_and_writes_nothing(model_dir, data_dir, field, value, allowed):
@@ -221,6 +222,41 @@ def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):
     examples = list(source.dataset.as_numpy_iterator())
     assert len(examples) == 6 and all(image.shape == (12, 10, 3) for image, _ in examples)
     assert sorted(int(label) for _, label in examples) == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("train_split, eval_split, shared", [
+    ("train", "train", r"train.tfrecord-00000-of-00001, records 0 to 1436"),
+    ("train[:80%]", "train[70%:]", r"train.tfrecord-00000-of-00001, records 1006 to 1149"),
+    ("train+test", "test", r"test.tfrecord-00000-of-00001, records 0 to 359"),
+])
+def test_an_evaluation_split_sharing_training_examples_is_refused(model_dir, data_dir, train_split, eval_split,
+                                                                   shared):
+    refused(TINY.replace(train_split=train_split, eval_split=eval_split), model_dir, data_dir,
+            rf"Splits '{re.escape(train_split)}' and '{re.escape(eval_split)}' of dataset='keras_vit_digits' "
+            rf"share examples \(.*{shared}\): an accuracy measured on training examples would be overstated")
+
+
+def test_tfds_slices_that_do_not_overlap_are_read(data_dir):
+    train_part = data.load("keras_vit_digits", "train[:99%]", data_dir)
+    held_out = data.load("keras_vit_digits", "train[99%:]", data_dir)
+    data.check_disjoint("keras_vit_digits", "train[:99%]", train_part, "train[99%:]", held_out)
+    assert (train_part.num_examples, held_out.num_examples) == (1423, 14)
+    assert len(list(held_out.dataset)) == 14
+    with pytest.raises(ValueError, match=r"split 'train\[:99%' is not one of the splits .*or a TFDS slice"):
+        data.load("keras_vit_digits", "train[:99%", data_dir)
+
+
+def test_a_folder_or_tfrecord_split_read_twice_is_refused(tmp_path, model_dir):
+    _image_folder(tmp_path / "images")
+    refused(TINY.replace(dataset=f"folder:{tmp_path / 'images'}", batch_size=2, eval_split="train"), model_dir,
+            None, r"Splits 'train' and 'train' of dataset='folder:.*' share examples \(.*images/train\)",
+            skip_bad_images=True)
+    for split in ("train", "test"):
+        _write_tfrecord(tmp_path / f"{split}-0.tfrecord", [0, 1, 2, 2])
+    recipe = TINY.replace(dataset=f"tfrecord:{tmp_path}/{{split}}-*.tfrecord", num_classes=3, batch_size=2)
+    refused(recipe.replace(eval_split="train"), model_dir, None, r"share examples \(.*train-0.tfrecord\)")
+    _, evaluation = train._load_sources(recipe, None, False)  # other files: read
+    assert evaluation.num_examples == 4
 
 
 def test_a_tfrecord_glob_without_its_split_is_refused(model_dir, data_dir):

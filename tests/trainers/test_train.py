@@ -173,6 +173,12 @@ def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_d
     a, b = final_weights(tmp_path / "whole"), final_weights(killed_dir)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # Killed between checkpoint 20 and its evaluation, the resumed run evaluates step 20 first.
+    evaluated = [{step for step, _ in event_scalars(folder / "logs" / "eval")["top1"]}
+                 for folder in (tmp_path / "whole", killed_dir)]
+    assert evaluated[1] == evaluated[0] == {20, 40, 60}
+    best = [json.loads((folder / "best.json").read_text()) for folder in (tmp_path / "whole", killed_dir)]
+    assert best[1] == best[0]
 
 
 @pytest.mark.slow
