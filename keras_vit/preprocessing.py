@@ -98,5 +98,7 @@ def resize_pixels(image, size, crop_fraction=1.0, interpolation="bilinear"):
     """
     import tensorflow as tf
 
-    resized = resize_and_center_crop(image, size, crop_fraction, interpolation)
-    return tf.clip_by_value(tf.round(resized), 0.0, 255.0)
+    resized = tf.round(resize_and_center_crop(image, size, crop_fraction, interpolation))
+    if interpolation in ("bilinear", "area", "nearest"):  # weighted means of the pixels: never outside 0-255
+        return resized
+    return tf.clip_by_value(resized, 0.0, 255.0)

@@ -36,3 +36,18 @@ def test_resize_and_center_crop_keeps_the_centre_of_the_short_side():
     np.testing.assert_allclose(cropped[0, :, 0], np.arange(15, 25))
     whole = np.asarray(resize_and_center_crop(image, (10, 20)))
     assert whole.shape == (10, 20, 1) and whole.min() >= 0 and whole.max() <= 39
+
+
+def test_resized_pixels_are_whole_values_in_0_255_whatever_the_filter():
+    from keras_vit.preprocessing import resize_pixels
+
+    # A sharp 0/255 edge: bicubic and lanczos overshoot both ways before the clip; the means cannot.
+    edge = np.zeros((8, 8, 1), "uint8")
+    edge[:, 4:] = 255
+    overshoots = []
+    for method in ("bilinear", "area", "nearest", "bicubic", "lanczos3"):
+        pixels = np.asarray(resize_pixels(edge, (20, 20), interpolation=method))
+        assert pixels.min() >= 0 and pixels.max() <= 255 and np.all(pixels == np.round(pixels)), method
+        raw = np.asarray(tf.image.resize(edge, (20, 20), method=method))
+        overshoots.append(raw.min() < -0.5 or raw.max() > 255.5)
+    assert overshoots == [False, False, False, True, True]

@@ -483,3 +483,14 @@ def test_a_jit_compile_export_runs_under_xla_where_tf_serving_enables_it(model, 
     assert off.returncode == 0 and plain.returncode == 0, off.stderr[-2000:] + plain.stderr[-2000:]
     assert "refused: INTERNAL: XLA compilation disabled" in off.stdout
     assert plain.stdout.strip().startswith("[[")
+
+
+@pytest.mark.parametrize("channels, mean, std", [
+    (3, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), (3, (0.5,), (0.5,)), (1, (0.5,), (0.25,))])
+def test_request_pixels_are_scaled_by_the_models_mean_and_std(channels, mean, std):
+    from export import preprocessing
+
+    setting = preprocessing.Preprocessing((4, 5), channels, mean=mean, std=std)
+    pixels = np.random.default_rng(0).integers(0, 256, (4, 5, channels)).astype(np.float32)
+    scaled = preprocessing._scale(tf.constant(pixels), setting).numpy()
+    np.testing.assert_allclose(scaled, (pixels / 255.0 - np.asarray(mean)) / np.asarray(std), rtol=1e-6, atol=1e-6)
