@@ -128,7 +128,7 @@ def read_npz(path):
     except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as error:  # np.load on bad bytes
         problem = f"{type(error).__name__}: {error}"
     raise ValueError(f"{path} is not a whole .npz checkpoint (a zip of numpy arrays; {len(data)} bytes): {problem}. "
-                     "If it was downloaded, the download may have been cut short: fetch it again")
+                     "If it was downloaded, the download may have been cut short: delete it and fetch it again")
 
 
 def describe(arrays):

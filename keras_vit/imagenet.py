@@ -41,6 +41,11 @@ def decode_predictions(preds, top=5):
             f"`decode_predictions` expects a batch of ImageNet-1k scores of shape (batch, {len(labels)}); "
             f"received an array of shape {preds.shape}"
         )
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or not 1 <= top <= len(labels):
+        raise ValueError(f"`top` must be an integer from 1 to {len(labels)}; received top={top!r}")
+    if np.isnan(preds).any():  # argsort would rank NaN first: a class no score chose
+        raise ValueError(f"`decode_predictions` received NaN scores in rows "
+                         f"{sorted(set(np.nonzero(np.isnan(preds))[0].tolist()))[:10]}")
     result = []
     for row in preds:
         best = np.argsort(row)[::-1][:top]

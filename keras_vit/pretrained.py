@@ -15,11 +15,14 @@ head and have no `pre_logits`.
 
 import dataclasses
 import functools
+import hashlib
+import http.client
 import json
 import logging
 import os
 import pathlib
 import shutil
+import tempfile
 import urllib.parse
 import urllib.request
 
@@ -90,9 +93,20 @@ def resolve(variant, tag):
 
 
 def cache_path(url):
-    """Where `fetch` keeps `url`: `$KERAS_HOME/vit_models/<the bucket path>`."""
-    relative = urllib.parse.unquote(urllib.parse.urlparse(url).path).lstrip("/")
-    relative = relative.removeprefix("vit_models/")
+    """Where `fetch` keeps `url`: `$KERAS_HOME/vit_models/<the bucket path>`.
+
+    A file of another server goes under a folder named by its host and port
+    (and a hash of its query string, when it has one), so that two servers'
+    `model.npz` are never taken for each other.
+    """
+    parts = urllib.parse.urlparse(url)
+    relative = urllib.parse.unquote(parts.path).lstrip("/")
+    if url.startswith(BUCKET) and not parts.query:
+        relative = relative.removeprefix("vit_models/")
+    else:
+        host = parts.hostname + (f"_{parts.port}" if parts.port else "")
+        query = f"/{hashlib.sha256(parts.query.encode()).hexdigest()[:16]}" if parts.query else ""
+        relative = f"{host}{query}/{relative}"
     keras_home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))
     return pathlib.Path(keras_home) / "vit_models" / relative
 
@@ -111,24 +125,29 @@ def fetch(url, timeout=60):
     target = cache_path(url)
     if target.exists():
         return str(target)
-    partial = target.with_name(f"{target.name}.part-{os.getpid()}")
+    partial = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with urllib.request.urlopen(url, timeout=timeout) as response, open(partial, "wb") as out:
+        # A name of its own: threads, and hosts sharing KERAS_HOME, may download the same file at once.
+        handle, partial = tempfile.mkstemp(prefix=f"{target.name}.part-", dir=target.parent)
+        partial = pathlib.Path(partial)
+        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
             shutil.copyfileobj(response, out, length=1 << 20)
             announced = response.headers.get("Content-Length")
         # http.client ends a body cut short without an error: count the bytes.
         if announced is not None and partial.stat().st_size != int(announced):
             raise OSError(f"the connection closed after {partial.stat().st_size} of {announced} bytes")
+        partial.chmod(0o644)  # mkstemp's 0600 would keep the cached file from other users of KERAS_HOME
         os.replace(partial, target)
-    except OSError as error:  # URLError, timeouts and disk errors are OSErrors
+    except (OSError, http.client.HTTPException) as error:  # URLError, timeouts, disk errors; a chunked body cut short
         raise OSError(
             f"Could not download {url} ({error}). Download it where there is network access "
             f"(e.g. `curl -L -o '{target.name}' '{url}'`, or `gsutil cp` from gs://vit_models/) "
             f"and put it at {target}, or pass its local path as `weights=`."
         ) from error
     finally:  # also on KeyboardInterrupt
-        partial.unlink(missing_ok=True)
+        if partial is not None:
+            partial.unlink(missing_ok=True)
     logging.info("Downloaded %s to %s", url, target)
     return str(target)
 

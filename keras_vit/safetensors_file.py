@@ -25,8 +25,30 @@ def read_safetensors(path):
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         header, start = _read_header(f, path, size)
-        return {name: _read_tensor(f, path, name, entry, start, size)
-                for name, entry in header.items() if name != "__metadata__"}
+        tensors = {name: _read_tensor(f, path, name, entry, start, size)
+                   for name, entry in header.items() if name != "__metadata__"}
+    _check_layout(path, header, size - start)
+    return tensors
+
+
+def _check_layout(path, header, data_size):
+    """The format's rule: the tensors' byte ranges tile the data section, from 0 to its end, without overlap.
+
+    A file that breaks it was written wrong or damaged: two tensors would read
+    the same bytes, or bytes would belong to none.
+    """
+    ranges = sorted((entry["data_offsets"][0], entry["data_offsets"][1], name)
+                    for name, entry in header.items() if name != "__metadata__")
+    position = 0
+    for begin, end, name in ranges:
+        if begin != position:
+            what = "overlaps the tensor before it" if begin < position else f"leaves bytes {position}-{begin} unused"
+            raise ValueError(f"{path}: tensor {name!r} at data_offsets [{begin}, {end}) {what}; a safetensors "
+                             "file's tensors cover its data section end to end")
+        position = end
+    if position != data_size:
+        raise ValueError(f"{path}: its tensors end at byte {position} of a data section of {data_size} bytes; "
+                         "a safetensors file's tensors cover its data section end to end")
 
 
 def _read_header(f, path, size):
@@ -39,7 +61,7 @@ def _read_header(f, path, size):
         raise ValueError(f"{path} is truncated or not a safetensors file: its header length is {length} bytes "
                          f"but only {size - 8} bytes follow")
     try:
-        header = json.loads(f.read(length).decode("utf-8"))
+        header = json.loads(f.read(length).decode("utf-8"), object_pairs_hook=lambda pairs: _unique(pairs, path))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path} is not a safetensors file: expected a JSON header, found {exc}") from None
     if not isinstance(header, dict):
@@ -48,11 +70,20 @@ def _read_header(f, path, size):
     return header, 8 + length
 
 
+def _unique(pairs, path):
+    """A JSON object's pairs as a dict; a name given twice (json keeps the last silently) is an error."""
+    names = [name for name, _ in pairs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{path}: its header names {repeated} more than once")
+    return dict(pairs)
+
+
 def _read_tensor(f, path, name, entry, start, size):
     """One tensor, checked: a known dtype and exactly the bytes its shape needs, all present."""
     try:
         dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-        if not all(isinstance(n, int) and n >= 0 for n in (*shape, begin, end)):
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (*shape, begin, end)):
             raise ValueError
     except (TypeError, KeyError, ValueError):
         raise ValueError(f"{path}: tensor {name!r} has a malformed header entry {entry!r}; expected "

@@ -25,3 +25,18 @@ def test_decodes_best_first():
 def test_wrong_shape():
     with pytest.raises(ValueError, match=r"\(batch, 1000\); received an array of shape \(2, 10\)"):
         decode_predictions(np.zeros((2, 10)))
+
+
+@pytest.mark.parametrize("top", [0, -1, 1001, 2.5, True])
+def test_a_top_outside_1_to_1000_is_refused(top):
+    # top=-1 returned 999 classes, top=0 none.
+    with pytest.raises(ValueError, match=rf"`top` must be an integer from 1 to 1000; received top={top!r}"):
+        decode_predictions(np.zeros((1, 1000)), top=top)
+
+
+def test_nan_scores_are_refused_not_ranked_first():
+    scores = np.zeros((2, 1000))
+    scores[1, [3, 5]] = np.nan
+    with pytest.raises(ValueError, match=r"NaN scores in rows \[1\]"):
+        decode_predictions(scores)
+    assert decode_predictions(np.log(np.eye(1000)[[7]]), top=1)[0][0][1] == "cock"  # -inf is a score

@@ -1,3 +1,4 @@
+import concurrent.futures
 import functools
 import http.server
 import logging
@@ -73,7 +74,8 @@ def test_fetch_downloads_once_into_the_keras_cache(server, tmp_path, monkeypatch
     site, base = server
     (site / "token.npz").write_bytes((FIXTURES / "token.npz").read_bytes())
     path = pretrained.fetch(base + "token.npz")
-    assert pathlib.Path(path) == tmp_path / "home" / "vit_models" / "augreg" / "token.npz"
+    port = urllib.parse.urlparse(base).port
+    assert pathlib.Path(path) == tmp_path / "home" / "vit_models" / f"127.0.0.1_{port}" / "vit_models" / "augreg" / "token.npz"
     assert pathlib.Path(path).read_bytes() == (FIXTURES / "token.npz").read_bytes()
     (site / "token.npz").unlink()  # the second call must not need the server
     assert pretrained.fetch(base + "token.npz") == path
@@ -85,7 +87,7 @@ def test_offline_failure_says_what_to_download_and_where(tmp_path, monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/vit_models/imagenet21k/ViT-B_16.npz"
-    target = tmp_path / "home" / "vit_models" / "imagenet21k" / "ViT-B_16.npz"
+    target = pretrained.cache_path(url)
     with pytest.raises(OSError) as error:
         pretrained.fetch(url, timeout=5)
     assert url in str(error.value) and str(target) in str(error.value)
@@ -108,9 +110,51 @@ def test_a_download_cut_short_is_not_cached(tmp_path, monkeypatch):
     with listener, pytest.raises(OSError, match="after 1000 of 4000 bytes") as error:
         pretrained.fetch(url, timeout=5)
     thread.join()
-    target = tmp_path / "home" / "vit_models" / "imagenet21k" / "ViT-B_16.npz"
+    target = pretrained.cache_path(url)
     assert str(target) in str(error.value)
     assert not list(target.parent.glob("*"))  # neither the cut file nor a partial one
+
+
+def test_the_cache_keeps_apart_what_other_servers_name_alike(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    official = pretrained.cache_path(pretrained.BUCKET + "augreg/Ti_16.npz")
+    assert official == tmp_path / "vit_models" / "augreg" / "Ti_16.npz"  # the documented layout
+    urls = [pretrained.BUCKET + "augreg/Ti_16.npz?generation=2", "http://127.0.0.1:8000/vit_models/augreg/Ti_16.npz",
+            "http://127.0.0.1:8001/vit_models/augreg/Ti_16.npz", "https://example.com/exp/model.npz",
+            "https://mirror.example.com/exp/model.npz", "https://example.com/get?id=1", "https://example.com/get?id=2"]
+    paths = [pretrained.cache_path(url) for url in urls]
+    assert len({official, *paths}) == len(urls) + 1
+    assert paths[3] == tmp_path / "vit_models" / "example.com" / "exp" / "model.npz"
+
+
+def test_a_body_cut_short_without_a_length_is_an_offline_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_one_chunk():  # chunked, then closes before the last chunk: http.client's IncompleteRead
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\n" + b"P" * 16 + b"\r\n")
+
+    thread = threading.Thread(target=answer_one_chunk, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/w.npz"
+    with listener, pytest.raises(OSError, match=r"Could not download .*IncompleteRead.*curl") as error:
+        pretrained.fetch(url, timeout=5)
+    thread.join()
+    assert str(pretrained.cache_path(url)) in str(error.value)
+    assert not list(pretrained.cache_path(url).parent.glob("*"))
+
+
+def test_downloads_at_once_of_one_file_each_write_their_own_part(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    site, base = server
+    (site / "token.npz").write_bytes((FIXTURES / "token.npz").read_bytes())
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: pretrained.fetch(base + "token.npz"), range(8)))
+    assert len(set(paths)) == 1 and pathlib.Path(paths[0]).read_bytes() == (FIXTURES / "token.npz").read_bytes()
+    assert [path.name for path in pathlib.Path(paths[0]).parent.iterdir()] == ["token.npz"]
 
 
 def test_named_weights_load_from_the_cache(tmp_path, monkeypatch, caplog):

@@ -223,6 +223,28 @@ def test_corrupt_header_names_the_file(tmp_path):
         timm_format.read_safetensors(path)
 
 
+def _raw_safetensors(path, header_text, data):
+    path.write_bytes(len(header_text).to_bytes(8, "little") + header_text.encode() + data)
+    return path
+
+
+@pytest.mark.parametrize("header, data, message", [
+    ('{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
+     '"b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', 8, r"'b' at data_offsets \[0, 8\) overlaps"),
+    ('{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
+     '"b": {"dtype": "F32", "shape": [2], "data_offsets": [24, 32]}}', 32, r"'b' .* leaves bytes 8-24 unused"),
+    ('{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}', 12, r"end at byte 8 of a data section of 12"),
+    ('{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, '
+     '"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}', 16, r"names \['a'\] more than once"),
+    ('{"a": {"dtype": "F32", "shape": [true, 2], "data_offsets": [0, 8]}}', 8, r"'a' has a malformed header entry"),
+])
+def test_a_header_whose_tensors_do_not_tile_the_data_is_refused(tmp_path, header, data, message):
+    # Each would read garbage or another tensor's bytes without a word.
+    path = _raw_safetensors(tmp_path / "odd.safetensors", header, np.arange(data, dtype=np.uint8).tobytes())
+    with pytest.raises(ValueError, match=r"odd\.safetensors.*" + message):
+        timm_format.read_safetensors(path)
+
+
 # ---------------------------------------------------------------- what keras_vit cannot represent
 UNSUPPORTED = (  # extra timm weights, what the message must say
     ({"blocks.0.ls1.gamma": np.ones(64, np.float32)}, r"layer scale .*ls1\.gamma"),

@@ -8,9 +8,10 @@ HTML error page saved as .jpg, say) in seconds even for large folders.
 
 import os
 
-# The formats tfds' ImageFolder lists (.jpg, .jpeg, .png), by their magic bytes
-# rather than their extension: TF's decoder goes by content too.
-MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG"}
+# What TF's decoder reads, by magic bytes rather than extension, as the decoder
+# goes by content: a GIF, BMP or WebP saved as .jpg trains as well.
+MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"GIF8": "GIF", b"BM": "BMP",
+         b"RIFF????WEBP": "WebP"}  # ? : any byte (RIFF's chunk size)
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 # A PNG's signature plus its IHDR chunk; the smallest valid JPEG is larger still.
 MIN_BYTES = 33
@@ -32,20 +33,24 @@ def problem(path):
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
-            header = f.read(8)
+            header = f.read(12)
     except OSError as error:
         return f"unreadable ({error.strerror})"
     if size == 0:
         return "empty (0 bytes)"
-    if not any(header.startswith(magic) for magic in MAGIC):
-        return f"not a JPEG or PNG (starts with {header[:4]!r})"
+    if not any(_starts_with(header, magic) for magic in MAGIC):
+        return f"not a JPEG, PNG, GIF, BMP or WebP image (starts with {header[:4]!r})"
     if size < MIN_BYTES:
         return f"truncated ({size} bytes)"
     return None
 
 
+def _starts_with(header, magic):
+    return len(header) >= len(magic) and all(m in (header[i], ord("?")) for i, m in enumerate(magic))
+
+
 def scan(root, split):
-    """`{path: reason}` for every file of `split` that is not a readable JPEG or PNG."""
+    """`{path: reason}` for every file of `split` that is not a readable image."""
     found = {}
     for path in image_paths(root, split):
         reason = problem(path)

@@ -1,8 +1,8 @@
 """The `tf.distribute` strategy a run asks for, or the best one that exists.
 
-`auto` picks a TPU when one resolves, else MirroredStrategy over the GPUs,
-else MultiWorkerMirroredStrategy when TF_CONFIG names several workers, else
-the default strategy on the CPU. Asking for a device that is not there fails
+`auto` picks a TPU when one resolves, else MultiWorkerMirroredStrategy when
+TF_CONFIG names several tasks (chief and workers; each host's GPUs take part),
+else MirroredStrategy over the GPUs, else the default strategy on the CPU. Asking for a device that is not there fails
 at once with a message that says so.
 """
 
@@ -30,8 +30,14 @@ def _tpu(tpu):
 
 
 def _workers():
-    config = json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
-    return len(config.get("cluster", {}).get("worker", []))
+    """The chief and worker tasks TF_CONFIG names (0 without it); ValueError naming TF_CONFIG if malformed."""
+    text = os.environ.get("TF_CONFIG", "") or "{}"
+    try:
+        cluster = json.loads(text).get("cluster", {})
+        return sum(len(cluster.get(job, [])) for job in ("chief", "worker"))
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        raise ValueError("TF_CONFIG must be JSON like {\"cluster\": {\"chief\": [...], \"worker\": [\"host:port\", ...]}, "
+                         f"\"task\": {{\"type\": \"worker\", \"index\": 0}}}}; received TF_CONFIG={text!r}") from None
 
 
 def make_strategy(name="auto", tpu=""):
@@ -40,12 +46,13 @@ def make_strategy(name="auto", tpu=""):
         raise ValueError(f"`strategy` must be one of {STRATEGIES}; received strategy={name!r}")
     if name == "tpu" or (name == "auto" and (tpu or os.environ.get("TPU_NAME"))):
         return _tpu(tpu or os.environ.get("TPU_NAME", "")), "tpu"
-    if name == "gpu" or (name == "auto" and tf.config.list_physical_devices("GPU")):
-        if not tf.config.list_physical_devices("GPU"):
-            raise RuntimeError("--strategy=gpu but TensorFlow sees no GPU; use --strategy=auto or cpu.")
-        return tf.distribute.MirroredStrategy(), "gpu"
+    # Before the GPUs: on a cluster of GPU hosts, MirroredStrategy would train each host alone.
     if name == "multi_worker" or (name == "auto" and _workers() > 1):
         if not _workers():
             raise RuntimeError("--strategy=multi_worker needs TF_CONFIG naming the cluster's workers.")
         return tf.distribute.MultiWorkerMirroredStrategy(), "multi_worker"
+    if name == "gpu" or (name == "auto" and tf.config.list_physical_devices("GPU")):
+        if not tf.config.list_physical_devices("GPU"):
+            raise RuntimeError("--strategy=gpu but TensorFlow sees no GPU; use --strategy=auto or cpu.")
+        return tf.distribute.MirroredStrategy(), "gpu"
     return tf.distribute.get_strategy(), "cpu"

@@ -458,7 +458,10 @@ def main(argv):
         raise app.UsageError(str(error)) from error
     if _DETERMINISTIC.value:
         tf.config.experimental.enable_op_determinism()
-    strategy, kind = make_strategy(_STRATEGY.value, _TPU.value)
+    try:
+        strategy, kind = make_strategy(_STRATEGY.value, _TPU.value)
+    except (ValueError, RuntimeError) as error:  # a device asked for and missing, a malformed TF_CONFIG
+        raise app.UsageError(str(error)) from error
     logging.info("Recipe %s on %s (%d replicas):\n%s", _RECIPE.value, kind,
                  strategy.num_replicas_in_sync, recipe.to_json())
     try:

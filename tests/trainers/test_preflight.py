@@ -208,8 +208,27 @@ def test_undecodable_folder_images_are_listed_by_path(tmp_path, model_dir):
         train.train(recipe, model_dir, ONE_DEVICE, "cpu")
     for path in bad:
         assert str(path) in str(error.value)
-    assert "empty (0 bytes)" in str(error.value) and "not a JPEG or PNG" in str(error.value)
+    assert "empty (0 bytes)" in str(error.value) and "not a JPEG, PNG, GIF, BMP or WebP image" in str(error.value)
     assert "truncated (9 bytes)" in str(error.value) and tree_hash(model_dir) == before
+
+
+def test_a_gif_bmp_or_webp_saved_as_jpg_passes_the_scan_as_the_decoder_reads_it(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from trainers import image_scan
+
+    pixels = np.random.default_rng(0).integers(0, 256, (12, 10, 3), dtype=np.uint8)
+    for kind in ("GIF", "BMP", "WEBP"):
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format=kind)
+        path = tmp_path / f"{kind}.jpg"
+        path.write_bytes(buffer.getvalue())
+        assert image_scan.problem(str(path)) is None, kind
+        assert data._decode(buffer.getvalue(), 3).shape == (12, 10, 3)
+    (tmp_path / "page.jpg").write_bytes(b"RIFF\0\0\0\0WAVEfmt ")  # RIFF, but sound
+    assert image_scan.problem(str(tmp_path / "page.jpg")).startswith("not a JPEG, PNG, GIF, BMP or WebP")
 
 
 def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):

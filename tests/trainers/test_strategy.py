@@ -24,6 +24,32 @@ def test_missing_devices_fail_at_once_with_a_message(monkeypatch):
         make_strategy("mirrored")
 
 
+@pytest.mark.parametrize("cluster, gpus, expected", [
+    ({"chief": ["a:1"], "worker": ["b:1"]}, [], "multi_worker"),  # a chief and one worker: two tasks
+    ({"worker": ["a:1", "b:1"]}, ["GPU:0"], "multi_worker"),  # GPU hosts of a cluster train together
+    ({"worker": ["a:1"]}, ["GPU:0"], "gpu"), ({}, [], "cpu")])
+def test_auto_picks_the_cluster_before_the_local_gpus(monkeypatch, cluster, gpus, expected):
+    import json
+
+    from trainers import strategy
+
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    monkeypatch.setattr(strategy.tf.config, "list_physical_devices", lambda kind=None: gpus if kind == "GPU" else [])
+    # Stand-ins: the real ones would join the cluster or claim the GPUs.
+    monkeypatch.setattr(strategy.tf.distribute, "MultiWorkerMirroredStrategy", lambda: "multi-worker strategy")
+    monkeypatch.setattr(strategy.tf.distribute, "MirroredStrategy", lambda: "mirrored strategy")
+    assert make_strategy("auto")[1] == expected
+
+
+def test_a_malformed_tf_config_is_named(monkeypatch):
+    monkeypatch.delenv("TPU_NAME", raising=False)
+    for text in ("{cluster", '["worker"]'):
+        monkeypatch.setenv("TF_CONFIG", text)
+        with pytest.raises(ValueError, match=r"TF_CONFIG must be JSON like .*received TF_CONFIG="):
+            make_strategy("auto")
+
+
 def test_tpu_without_a_tpu_fails_at_once():
     with pytest.raises(RuntimeError, match="--strategy=tpu but no TPU could be reached"):
         make_strategy("tpu", tpu="no-such-tpu-here")

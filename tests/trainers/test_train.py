@@ -319,6 +319,20 @@ def test_two_processes_writing_one_file_do_not_collide(tmp_path):
         "go", "ready0", "ready1", "recipe.json"]
 
 
+def test_threads_writing_one_file_and_a_failed_write_leave_only_the_file(tmp_path):
+    import concurrent.futures
+
+    from trainers.atomic_files import write_text_atomically
+
+    target = tmp_path / "best.json"
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda i: write_text_atomically(target, str(i)), range(400)))
+    assert target.read_text() in {str(i) for i in range(400)}
+    with pytest.raises(UnicodeEncodeError):  # as a full disk would fail it, halfway
+        write_text_atomically(target, "\ud800")
+    assert [path.name for path in tmp_path.iterdir()] == ["best.json"] and target.read_text().isdigit()
+
+
 @pytest.mark.parametrize("flag, message", BAD_FLAGS)
 def test_bad_flags_are_rejected_with_a_message(refused_runs, flag, message):
     result, model_dir = refused_runs[flag]
