@@ -80,12 +80,21 @@ def resize_grid(grid, new_shape, method="bilinear"):
         The resized grid, in the dtype of `grid`.
     """
     rows, cols = grid.shape[0], grid.shape[1]
-    row_matrix = interpolation_matrix(rows, new_shape[0], method, grid.dtype)
-    col_matrix = interpolation_matrix(cols, new_shape[1], method, grid.dtype)
-    return ops.einsum("ri,ij...,cj->rc...", row_matrix, grid, col_matrix)
+    dtype = _matrix_dtype(grid)
+    row_matrix = interpolation_matrix(rows, new_shape[0], method, dtype)
+    col_matrix = interpolation_matrix(cols, new_shape[1], method, dtype)
+    resized = ops.einsum("ri,ij...,cj->rc...", row_matrix, ops.cast(grid, dtype), col_matrix)
+    return ops.cast(resized, grid.dtype)
 
 
 def resize_sequence(table, new_length, method="bilinear"):
-    """Resizes a `(length, ...)` table along its first axis."""
-    matrix = interpolation_matrix(table.shape[0], new_length, method, table.dtype)
-    return ops.einsum("oi,i...->o...", matrix, table)
+    """Resizes a `(length, ...)` table along its first axis, in the dtype of `table`."""
+    dtype = _matrix_dtype(table)
+    matrix = interpolation_matrix(table.shape[0], new_length, method, dtype)
+    return ops.cast(ops.einsum("oi,i...->o...", matrix, ops.cast(table, dtype)), table.dtype)
+
+
+def _matrix_dtype(table):
+    # At least float32: under mixed precision a layer's table comes in bfloat16 or float16, where the
+    # sample positions would be off by a tenth of a row and 513 is not a number (bf16 rounds it to 512).
+    return "float64" if ops.dtype(table) == "float64" else "float32"

@@ -130,6 +130,16 @@ def test_two_prefix_tokens():
     np.testing.assert_allclose(analysis.rollout_map(model, IMAGES), expected, atol=1e-5)
 
 
+def test_a_distilled_deits_rollout_reads_both_tokens_its_output_averages():
+    model = tiny(distilled=True, classes=5)
+    rollout = analysis.attention_rollout(analysis.attention_maps(model, IMAGES))
+    both = rollout[:, :2, 2:].mean(axis=1)
+    assert np.abs(both - rollout[:, 0, 2:]).max() > 1e-3  # the class token's row alone differs
+    expected = tf.image.resize(both.reshape(2, 2, 3, 1), (8, 12), "bilinear").numpy()[..., 0]
+    expected = (expected - expected.min((1, 2), keepdims=True)) / np.ptp(expected, (1, 2), keepdims=True)
+    np.testing.assert_allclose(analysis.rollout_map(model, IMAGES), expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_any_resolution_with_dynamic_image_size(scan_layers):
     model = tiny(dynamic_image_size=True, scan_layers=scan_layers)
@@ -285,6 +295,13 @@ def test_filters_along_one_direction_have_one_component():
 # --- errors
 
 
+def test_rollout_takes_numpy_ratios_and_an_empty_batch():
+    maps = [np.full((2, 2, 3, 3), 1 / 3)] * 2
+    np.testing.assert_allclose(analysis.attention_rollout(maps, discard_ratio=np.float32(0.5)),
+                               analysis.attention_rollout(maps, discard_ratio=0.5))
+    assert analysis.attention_rollout([np.zeros((0, 2, 3, 3))]).shape == (0, 3, 3)
+
+
 def test_errors_name_what_was_expected_and_received():
     model = tiny()
     cases = [
@@ -298,6 +315,9 @@ def test_errors_name_what_was_expected_and_received():
         (lambda: analysis.attention_rollout([np.zeros((1, 2, 3, 3))], discard_ratio=1.0), "received discard_ratio=1.0"),
         (lambda: analysis.attention_rollout([np.zeros((1, 2, 3, 4))]), r"received shapes \[\(1, 2, 3, 4\)\]"),
         (lambda: analysis.mean_attention_distance([np.zeros((1, 1, 7, 7))], (2, 3), 4, 2), r"7 tokens.*\(2 \+ 6\)"),
+        # 1.7 was read as 1.
+        (lambda: analysis.mean_attention_distance([np.zeros((1, 1, 7, 7))], (2, 3), 4, 1.7),
+         r"`num_prefix_tokens` must be an integer >= 0; received num_prefix_tokens=1.7"),
         (lambda: analysis.embedding_filter_components(model, count=49), r"\[1, 16\].*received count=49"),
         (lambda: analysis.attention_maps(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]), IMAGES),
          "must be a keras_vit ViT"),

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 from scipy import ndimage
@@ -47,3 +48,20 @@ def test_dynamic_output_size_inside_a_tf_function():
 def test_unknown_method():
     with pytest.raises(ValueError, match="received method='nearest'"):
         interpolation_matrix(3, 4, "nearest")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_half_precision_table_is_resampled_at_float32_positions(dtype):
+    # As a layer's table comes under mixed precision: half-precision positions were off by a tenth of a row
+    # and bfloat16 has no 513 (the 1-D relative table of a 16x16 grid came out a row short).
+    table = np.random.default_rng(0).normal(size=(289, 4)).astype("float32")
+    resized = resize_sequence(keras.ops.cast(table, dtype), 513)
+    assert tuple(resized.shape) == (513, 4) and keras.ops.dtype(resized) == dtype
+    exact = np.asarray(resize_sequence(table, 513))
+    half = np.asarray(keras.ops.cast(keras.ops.cast(table, dtype), "float32"))
+    budget = 2 * np.abs(np.asarray(keras.ops.cast(keras.ops.cast(exact, dtype), "float32")) - exact).max() + np.abs(
+        half - table).max()
+    np.testing.assert_allclose(np.asarray(keras.ops.cast(resized, "float32")), exact, atol=budget)
+    grid = np.random.default_rng(1).normal(size=(27, 27, 3)).astype("float32")
+    resized_grid = np.asarray(keras.ops.cast(resize_grid(keras.ops.cast(grid, dtype), (49, 49)), "float32"))
+    np.testing.assert_allclose(resized_grid, np.asarray(resize_grid(grid, (49, 49))), atol=3 * budget)

@@ -9,6 +9,7 @@ et al. (2021, Appendix D.8) use to attend from the output token to the
 input space; `rollout_map` makes that a per-pixel map of an image.
 """
 
+import numbers
 import weakref
 
 import keras
@@ -107,7 +108,7 @@ def attention_rollout(maps, head_fusion="mean", discard_ratio=0.0):
            [0.25, 0.25, 0.5 ]])
     """
     check_choice(head_fusion, HEAD_FUSIONS, "head_fusion")
-    if not (isinstance(discard_ratio, (int, float)) and 0.0 <= discard_ratio < 1.0):
+    if isinstance(discard_ratio, bool) or not (isinstance(discard_ratio, numbers.Real) and 0.0 <= discard_ratio < 1.0):
         raise ValueError(f"`discard_ratio` must be a float in [0, 1); received discard_ratio={discard_ratio!r}")
     maps = check_maps(maps)
     fuse = {"mean": np.mean, "max": np.max, "min": np.min}[head_fusion]
@@ -122,7 +123,7 @@ def attention_rollout(maps, head_fusion="mean", discard_ratio=0.0):
 
 def _discard_smallest(fused, ratio):
     """`fused` (batch, tokens, tokens) with its smallest `ratio` of entries per image set to 0."""
-    count = int(ratio * fused[0].size)
+    count = int(ratio * fused.shape[1] * fused.shape[2])
     if not count:
         return fused
     flat = fused.reshape(len(fused), -1).copy()
@@ -151,8 +152,10 @@ def rollout_map(model, images, head_fusion="mean", discard_ratio=0.0):
     """Per-pixel attention rollout of the model's output on each image, in [0, 1].
 
     A class-token model: the class token's rollout row over the patch
-    tokens. A model pooling the patches (GAP): the mean of every patch
-    token's row. The patch grid is upsampled bilinearly to the image size.
+    tokens; a distilled DeiT, whose output averages its class and
+    distillation tokens' heads: the mean of those two rows. A model pooling
+    the patches (GAP): the mean of every patch token's row. The patch grid is
+    upsampled bilinearly to the image size.
 
     Args:
         model: a keras_vit ViT.
@@ -172,7 +175,8 @@ def rollout_map(model, images, head_fusion="mean", discard_ratio=0.0):
     rollout = attention_rollout(attention_maps(model, images), head_fusion, discard_ratio)
     prefix = encoder.num_prefix_tokens(model)
     if _pools_class_token(model):
-        weights = rollout[:, 0, prefix:]
+        read = 2 if "distillation_pooling" in {layer.name for layer in model.layers} else 1  # the tokens' heads
+        weights = rollout[:, :read, prefix:].mean(axis=1)
     else:
         weights = rollout[:, prefix:, prefix:].mean(axis=1)
     height, width = images.shape[1:3]

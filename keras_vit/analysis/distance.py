@@ -8,6 +8,8 @@ queries and from the keys, and each query's weights over the patch keys are
 renormalised to sum to 1.
 """
 
+import numbers
+
 import numpy as np
 
 from keras_vit.analysis.attention import check_maps
@@ -51,6 +53,8 @@ def mean_attention_distance(maps, grid_size, patch_size, num_prefix_tokens):
     array([[8.]])
     """
     maps = check_maps(maps)
+    if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, numbers.Integral):
+        raise ValueError(f"`num_prefix_tokens` must be an integer >= 0; received num_prefix_tokens={num_prefix_tokens!r}")
     prefix = int(num_prefix_tokens)
     distances = patch_distances(grid_size, patch_size)
     tokens = maps[0].shape[-1]
