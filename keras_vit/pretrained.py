@@ -104,7 +104,7 @@ def cache_path(url):
     if url.startswith(BUCKET) and not parts.query:
         relative = relative.removeprefix("vit_models/")
     else:
-        host = parts.hostname + (f"_{parts.port}" if parts.port else "")
+        host = (parts.hostname or "local") + (f"_{parts.port}" if parts.port else "")
         query = f"/{hashlib.sha256(parts.query.encode()).hexdigest()[:16]}" if parts.query else ""
         relative = f"{host}{query}/{relative}"
     keras_home = os.environ.get("KERAS_HOME", os.path.join(os.path.expanduser("~"), ".keras"))

@@ -2,8 +2,8 @@
 
 `auto` picks a TPU when one resolves, else MultiWorkerMirroredStrategy when
 TF_CONFIG names several tasks (chief and workers; each host's GPUs take part),
-else MirroredStrategy over the GPUs, else the default strategy on the CPU. Asking for a device that is not there fails
-at once with a message that says so.
+else MirroredStrategy over the GPUs, else the default strategy on the CPU.
+Asking for a device that is not there fails at once with a message that says so.
 """
 
 import json
