@@ -22,9 +22,10 @@ import logging
 import os
 import pathlib
 import shutil
-import tempfile
 import urllib.parse
 import urllib.request
+
+from keras_vit.atomic_files import atomic_file
 
 TABLE = pathlib.Path(__file__).parent / "data" / "pretrained_weights.json"
 BUCKET = "https://storage.googleapis.com/vit_models/"
@@ -125,29 +126,20 @@ def fetch(url, timeout=60):
     target = cache_path(url)
     if target.exists():
         return str(target)
-    partial = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        # A name of its own: threads, and hosts sharing KERAS_HOME, may download the same file at once.
-        handle, partial = tempfile.mkstemp(prefix=f"{target.name}.part-", dir=target.parent)
-        partial = pathlib.Path(partial)
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+        with atomic_file(target) as out, urllib.request.urlopen(url, timeout=timeout) as response:
             shutil.copyfileobj(response, out, length=1 << 20)
             announced = response.headers.get("Content-Length")
-        # http.client ends a body cut short without an error: count the bytes.
-        if announced is not None and partial.stat().st_size != int(announced):
-            raise OSError(f"the connection closed after {partial.stat().st_size} of {announced} bytes")
-        partial.chmod(0o644)  # mkstemp's 0600 would keep the cached file from other users of KERAS_HOME
-        os.replace(partial, target)
+            # http.client ends a body cut short without an error: count the bytes.
+            if announced is not None and out.tell() != int(announced):
+                raise OSError(f"the connection closed after {out.tell()} of {announced} bytes")
     except (OSError, http.client.HTTPException) as error:  # URLError, timeouts, disk errors; a chunked body cut short
         raise OSError(
             f"Could not download {url} ({error}). Download it where there is network access "
             f"(e.g. `curl -L -o '{target.name}' '{url}'`, or `gsutil cp` from gs://vit_models/) "
             f"and put it at {target}, or pass its local path as `weights=`."
         ) from error
-    finally:  # also on KeyboardInterrupt
-        if partial is not None:
-            partial.unlink(missing_ok=True)
     logging.info("Downloaded %s to %s", url, target)
     return str(target)
 

@@ -25,22 +25,20 @@ def read_safetensors(path):
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         header, start = _read_header(f, path, size)
-        tensors = {name: _read_tensor(f, path, name, entry, start, size)
-                   for name, entry in header.items() if name != "__metadata__"}
-    _check_layout(path, header, size - start)
-    return tensors
+        entries = {name: _entry(path, name, entry, start, size) for name, entry in header.items()
+                   if name != "__metadata__"}
+        _check_layout(path, entries, size - start)  # every check before any tensor's bytes are read
+        return {name: _read_tensor(f, start, *entry) for name, entry in entries.items()}
 
 
-def _check_layout(path, header, data_size):
+def _check_layout(path, entries, data_size):
     """The format's rule: the tensors' byte ranges tile the data section, from 0 to its end, without overlap.
 
     A file that breaks it was written wrong or damaged: two tensors would read
     the same bytes, or bytes would belong to none.
     """
-    ranges = sorted((entry["data_offsets"][0], entry["data_offsets"][1], name)
-                    for name, entry in header.items() if name != "__metadata__")
     position = 0
-    for begin, end, name in ranges:
+    for begin, end, name in sorted((begin, end, name) for name, (_, _, begin, end) in entries.items()):
         if begin != position:
             what = "overlaps the tensor before it" if begin < position else f"leaves bytes {position}-{begin} unused"
             raise ValueError(f"{path}: tensor {name!r} at data_offsets [{begin}, {end}) {what}; a safetensors "
@@ -79,8 +77,8 @@ def _unique(pairs, path):
     return dict(pairs)
 
 
-def _read_tensor(f, path, name, entry, start, size):
-    """One tensor, checked: a known dtype and exactly the bytes its shape needs, all present."""
+def _entry(path, name, entry, start, size):
+    """`(dtype, shape, begin, end)` of a header entry, checked: a known dtype, exactly the bytes its shape needs."""
     try:
         dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
         if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in (*shape, begin, end)):
@@ -97,8 +95,12 @@ def _read_tensor(f, path, name, entry, start, size):
     if start + end > size:
         raise ValueError(f"{path} is truncated: tensor {name!r} needs bytes up to {start + end}, "
                          f"found a file of {size} bytes")
+    return dtype, shape, begin, end
+
+
+def _read_tensor(f, start, dtype, shape, begin, end):
     f.seek(start + begin)
-    data = bytearray(needed)
+    data = bytearray(end - begin)
     f.readinto(data)
     array = np.frombuffer(data, dtype=_DTYPES[dtype]).reshape(shape)
     if dtype == "BF16":

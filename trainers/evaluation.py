@@ -10,7 +10,7 @@ import os
 
 import tensorflow as tf
 
-from trainers.atomic_files import write_text_atomically
+from keras_vit.atomic_files import write_text_atomically
 
 
 def next_stop(step, recipe, eval_every):

@@ -293,7 +293,7 @@ def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
 
 WRITER = """
 import pathlib, sys, time
-from trainers.atomic_files import write_text_atomically
+from keras_vit.atomic_files import write_text_atomically
 target, ready, go = map(pathlib.Path, sys.argv[1:])
 ready.touch()
 while not go.exists():
@@ -322,7 +322,7 @@ def test_two_processes_writing_one_file_do_not_collide(tmp_path):
 def test_threads_writing_one_file_and_a_failed_write_leave_only_the_file(tmp_path):
     import concurrent.futures
 
-    from trainers.atomic_files import write_text_atomically
+    from keras_vit.atomic_files import write_text_atomically
 
     target = tmp_path / "best.json"
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
