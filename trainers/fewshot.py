@@ -35,10 +35,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
+from keras_vit.atomic_files import write_text_atomically  # noqa: E402
 from keras_vit.config import ViTConfig  # noqa: E402
 from keras_vit.model import head_input  # noqa: E402
 from trainers import data, recipes  # noqa: E402
-from keras_vit.atomic_files import write_text_atomically  # noqa: E402
 
 DEFAULT_SHOTS = (1, 5, 10, 25)
 # big_vision's configs/common_fewshot.py.

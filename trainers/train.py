@@ -26,9 +26,9 @@ from absl import app, flags, logging  # noqa: E402
 import keras_vit  # noqa: E402
 import keras_vit.mpp  # noqa: E402
 from keras_vit import config as vit_config  # noqa: E402
+from keras_vit.atomic_files import write_text_atomically  # noqa: E402
 from keras_vit.variants import variant_name  # noqa: E402
 from trainers import data, distillation, mpp, optimization, recipes  # noqa: E402
-from keras_vit.atomic_files import write_text_atomically  # noqa: E402
 from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
 from trainers.progress import RunProgress  # noqa: E402
 from trainers.strategy import ACCELERATORS, STRATEGIES, make_strategy  # noqa: E402
