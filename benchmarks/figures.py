@@ -98,7 +98,9 @@ def _suite_line(suite, name):
     return (f"{_provenance(name, suite)}; keras_vit on Keras "
             f"{ours['keras']} / {backend_name} {ours[backend]} against timm {versions['timm']['timm']} / torch "
             f"{versions['timm']['torch']}; {settings['image_size']} px, {settings['precision']}, "
-            f"{settings['threads']} threads, {settings['rounds']} rounds of {settings['seconds']:g} s per "
+            f"{settings['threads']} threads, "
+            + (f"`XLA_FLAGS={settings['xla_flags']}`, " if settings.get("xla_flags") else "")
+            + f"{settings['rounds']} rounds of {settings['seconds']:g} s per "
             f"implementation, {suite['wall_s']:.0f} s in all. Matmul limit (the fastest library at "
             f"{' x '.join(str(n) for n in settings['matmul_shape'])}, per round) "
             f"{_spread(limit, '{:.0f}')} GFLOP/s; each library's own, median (min-max) over every round: "

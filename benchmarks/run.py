@@ -431,7 +431,8 @@ def main(argv=None):
     common.write_json(out, {
         "suite": args.suite, "machine": machine, "versions": versions,
         "settings": {**dataclasses.asdict(suite), "flops": "forward = 2 x multiply-adds of every matmul; "
-                                                             "training step = 3 x forward"},
+                                                             "training step = 3 x forward",
+                     "xla_flags": os.environ.get("XLA_FLAGS", "")},  # the workers inherit them
         "matmul_limit_gflops": common.summarize(limits), "results": results, "probes": probes, "targets": checks,
         "wall_s": time.perf_counter() - started})
     print(f"wrote {out}")

@@ -63,6 +63,19 @@ def test_a_figure_follows_its_json(repo):
                                    "(python -m benchmarks.figures)"]
 
 
+def test_a_suite_run_under_xla_flags_says_so(repo):
+    (repo / "docs" / "performance.md").write_text("<!-- figures:suite-gpu -->\n<!-- /figures:suite-gpu -->\n")
+    figures.rewrite(repo)
+    assert "XLA_FLAGS" not in (repo / "docs" / "performance.md").read_text()  # a run without them
+    path = repo / figures.RESULTS / "suite_gpu_jax.json"
+    data = json.loads(path.read_text())
+    data["settings"]["xla_flags"] = "--xla_gpu_enable_triton_gemm=false"
+    path.write_text(json.dumps(data))
+    figures.rewrite(repo)
+    assert "16 threads, `XLA_FLAGS=--xla_gpu_enable_triton_gemm=false`, 3 rounds" in (
+        repo / "docs" / "performance.md").read_text()
+
+
 @pytest.mark.parametrize("text, message", [
     ("<!-- figures:nope -->\n<!-- /figures:nope -->\n", "README.md:1: unknown region 'nope'"),
     ("<!-- figures:main-job -->\nx\n", "README.md: region 'main-job' is never closed"),

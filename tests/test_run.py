@@ -50,6 +50,7 @@ def check_tiny_suite(suite, backend, folder, result):
     peer = next(im.label for im in run.SUITES[suite].implementations if im.impl == "timm")
     libraries = {"keras_vit", "timm"} | ({"numpy"} if suite == "cpu" else set())
     assert payload["settings"]["precision"] == run.SUITES[suite].precision
+    assert payload["settings"]["xla_flags"] == os.environ.get("XLA_FLAGS", "")  # what the workers inherited
     assert {r["task"] for r in payload["results"]} == {"inference", "training"}
     for result in payload["results"]:
         assert len(result["rounds"]) == 2 and set(result["summary"]) == labels
