@@ -344,11 +344,7 @@ def validate(recipe):
             raise ValueError(f"`{name}` must be one of {choices}; received {name}={value!r}")
     for name, bounds in RANGES.items():
         _check_range(name, getattr(recipe, name), *bounds)
-    if recipe.randaugment_magnitude_std and not recipe.randaugment_layers:
-        raise ValueError("`randaugment_magnitude_std` varies RandAugment's magnitude, which is off "
-                         "(randaugment_layers=0) and would do nothing: leave it at 0; "
-                         f"received randaugment_magnitude_std={recipe.randaugment_magnitude_std}")
-    if recipe.randaugment_magnitude_std:
+    if recipe.randaugment_magnitude_std:  # with or without RandAugment on
         raise ValueError(
             "randaugment_magnitude_std > 0 is not supported: Model Garden 2.20's RandAugment then compares "
             "int32 levels with uint8 pixels in Posterize and Solarize (TypeError); "
