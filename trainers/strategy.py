@@ -47,12 +47,14 @@ def make_strategy(name="auto", tpu=""):
     if name == "tpu" or (name == "auto" and (tpu or os.environ.get("TPU_NAME"))):
         return _tpu(tpu or os.environ.get("TPU_NAME", "")), "tpu"
     # Before the GPUs: on a cluster of GPU hosts, MirroredStrategy would train each host alone.
-    if name == "multi_worker" or (name == "auto" and _workers() > 1):
-        if not _workers():
+    workers = _workers() if name in ("auto", "multi_worker") else 0
+    if name == "multi_worker" or (name == "auto" and workers > 1):
+        if not workers:
             raise RuntimeError("--strategy=multi_worker needs TF_CONFIG naming the cluster's workers.")
         return tf.distribute.MultiWorkerMirroredStrategy(), "multi_worker"
-    if name == "gpu" or (name == "auto" and tf.config.list_physical_devices("GPU")):
-        if not tf.config.list_physical_devices("GPU"):
+    gpus = tf.config.list_physical_devices("GPU") if name in ("auto", "gpu") else []
+    if name == "gpu" or (name == "auto" and gpus):
+        if not gpus:
             raise RuntimeError("--strategy=gpu but TensorFlow sees no GPU; use --strategy=auto or cpu.")
         return tf.distribute.MirroredStrategy(), "gpu"
     return tf.distribute.get_strategy(), "cpu"

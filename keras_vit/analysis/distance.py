@@ -54,7 +54,8 @@ def mean_attention_distance(maps, grid_size, patch_size, num_prefix_tokens):
     """
     maps = check_maps(maps)
     if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, numbers.Integral):
-        raise ValueError(f"`num_prefix_tokens` must be an integer >= 0; received num_prefix_tokens={num_prefix_tokens!r}")
+        raise ValueError(f"`num_prefix_tokens` must be an integer >= 0; "
+                         f"received num_prefix_tokens={num_prefix_tokens!r}")
     prefix = int(num_prefix_tokens)
     distances = patch_distances(grid_size, patch_size)
     tokens = maps[0].shape[-1]
