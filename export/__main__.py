@@ -3,7 +3,8 @@
 Also `python -m export --inspect=DIR` to print an export's metadata and
 signatures. The model is a `.keras` file or any checkpoint keras_vit reads
 (official `.npz`, timm / Hugging Face `.safetensors`); a checkpoint's
-architecture is read off the file, through keras_vit's own loaders.
+architecture is read off the file, through keras_vit's own loaders. Every
+flag is checked before TensorFlow is imported: a bad one is refused at once.
 """
 
 import dataclasses
@@ -15,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from export import loading, preprocessing, saved_model, tflite  # noqa: E402
+from export import choices  # noqa: E402  (TensorFlow loads in main(), once the flags have passed)
 
 FORMATS = ("saved_model", "tflite")
 _MODEL = flags.DEFINE_string("model", None, "A .keras file, or a checkpoint: an official .npz, a timm / Hugging "
@@ -29,11 +30,11 @@ _LABELS = flags.DEFINE_string("labels", None, "A text file of class names, one p
 _TOP_K = flags.DEFINE_integer("top_k", None, "Classes in the top-k outputs, 1 to the number of classes "
                                              "(default: 5, or all classes when there are fewer).")
 _CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of decoded images (1.0: none).")
-_QUANTIZE = flags.DEFINE_enum("quantize", "none", list(tflite.QUANTIZATIONS), "TFLite quantisation.")
+_QUANTIZE = flags.DEFINE_enum("quantize", "none", list(choices.QUANTIZATIONS), "TFLite quantisation.")
 _IMAGES = flags.DEFINE_string("images", None, "Glob of real JPEG/PNG images: TFLite verification and int8 calibration.")
 _FORCE = flags.DEFINE_bool("force", False, "Write a TFLite model that misses its agreement threshold.")
 _INSPECT = flags.DEFINE_string("inspect", None, "Print the metadata and signatures of an export and exit.")
-_MAX_PIXELS = flags.DEFINE_integer("max_image_pixels", preprocessing.DEFAULT_MAX_IMAGE_PIXELS,
+_MAX_PIXELS = flags.DEFINE_integer("max_image_pixels", choices.DEFAULT_MAX_IMAGE_PIXELS,
                                    "SavedModel: largest width x height a request image may declare in its header; "
                                    "larger ones are refused before decoding.", lower_bound=1)
 _JIT_COMPILE = flags.DEFINE_bool("jit_compile", False, "SavedModel: run the model under XLA, faster on a CPU; TF "
@@ -103,10 +104,14 @@ def main(argv):
         if not os.path.isfile(os.path.join(_INSPECT.value, "saved_model.pb")):
             raise app.UsageError(f"--inspect={_INSPECT.value!r} is not an export: it names a version directory "
                                  "(BASE/NAME/VERSION) holding saved_model.pb")
+        from export import saved_model
+
         print(saved_model.inspect(_INSPECT.value))
         return 0
     image_files = check_flags()
     labels = read_labels(_LABELS.value) if _LABELS.value else None
+    from export import loading, tflite
+
     try:
         sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value else {}
         model = loading.load_model(_MODEL.value, **sized)
@@ -122,6 +127,8 @@ def main(argv):
 
 
 def _saved_model(model, labels):
+    from export import saved_model
+
     path = saved_model.export_saved_model(
         model, _OUTPUT.value, _NAME.value, _VERSION.value, labels, _CROP.value, _TOP_K.value,
         metadata={"source": _MODEL.value}, max_image_pixels=_MAX_PIXELS.value, overwrite=_OVERWRITE.value,
@@ -131,6 +138,8 @@ def _saved_model(model, labels):
 
 
 def _tflite(model, labels, image_files):
+    from export import preprocessing, tflite
+
     steps = preprocessing.Preprocessing.for_model(model, _CROP.value)
     images = preprocessing.read_images(image_files, steps)  # decoded as a request's images are
     result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=images,

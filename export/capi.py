@@ -13,12 +13,13 @@ TensorFlow code on the path from the files to the outputs.
 import ctypes
 import importlib.util
 import pathlib
+import sys
 
 import numpy as np
 
-# TF_DataType codes (tensorflow/c/tf_datatype.h) of the dtypes an export uses.
-_DTYPES = {1: np.float32, 3: np.int32, 4: np.uint8, 7: object, 9: np.int64}
-_CODES = {np.dtype(v) if v is not object else object: k for k, v in _DTYPES.items()}
+# TF_DataType codes (tensorflow/c/tf_datatype.h; the DataType enum's values) of the dtypes an export uses.
+DTYPES = {1: np.float32, 3: np.int32, 4: np.uint8, 7: object, 9: np.int64}
+_CODES = {np.dtype(v) if v is not object else object: k for k, v in DTYPES.items()}
 _TSTRING_BYTES = 24  # sizeof(TF_TString)
 # TF_Code values (tensorflow/c/tf_status.h), for messages.
 CODE_NAMES = {0: "OK", 3: "INVALID_ARGUMENT", 5: "NOT_FOUND", 9: "FAILED_PRECONDITION", 13: "INTERNAL"}
@@ -82,6 +83,20 @@ def _api():
     return _API
 
 
+def without_tensorflow_python():
+    """Lets this process import TensorFlow's protocol buffers without TensorFlow's Python runtime.
+
+    After it, `import tensorflow` gives the package unexecuted: `tensorflow.core.*_pb2` and
+    `tensorflow_serving.apis` import, `tf.*` does not exist, and this module's C API is the only
+    TensorFlow code that runs. That is TF Serving's case (a C++ binary), and it spares a fresh
+    process TensorFlow's Python start-up: about 6 s, most of an export check. Call it first.
+    """
+    if "tensorflow" in sys.modules:
+        raise RuntimeError("without_tensorflow_python() must run before anything imports tensorflow")
+    spec = importlib.util.find_spec("tensorflow")
+    sys.modules["tensorflow"] = importlib.util.module_from_spec(spec)  # its __path__, not its __init__
+
+
 def disable_xla_compilation():
     """Turns XLA compilation off in this process for good, as TF Serving does at start.
 
@@ -90,6 +105,7 @@ def disable_xla_compilation():
     reaches an XLA cluster (`jit_compile=True`) then fails instead of compiling.
     """
     import tensorflow  # noqa: F401  (importing it after this call crashes: its start-up sets XLA's flags)
+    # (after `without_tensorflow_python`, that import runs nothing, and no start-up ever comes)
 
     _api()["_ZN10tensorflow21DisableXlaCompilationEv"]()
 
@@ -126,7 +142,7 @@ def _from_tensor(tensor):
     """A TF_Tensor's contents as a numpy array (bytes objects for strings)."""
     api = _api()
     shape = tuple(api["TF_Dim"](tensor, d) for d in range(api["TF_NumDims"](tensor)))
-    dtype = _DTYPES.get(api["TF_TensorType"](tensor))
+    dtype = DTYPES.get(api["TF_TensorType"](tensor))
     if dtype is None:
         raise TypeError(f"Unsupported output TF_DataType {api['TF_TensorType'](tensor)}")
     data = api["TF_TensorData"](tensor)

@@ -13,12 +13,10 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from export.choices import DEFAULT_MAX_IMAGE_PIXELS
 from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.preprocessing import input_range, resize_pixels
 
-# 4096 x 4096: a 12-megapixel phone photo passes; decoding the largest
-# accepted image takes 48 MB (8-bit RGB).
-DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096
 FORMATS = "JPEG, PNG, GIF or BMP"
 _HEADER_BYTES = 32
 

@@ -7,11 +7,14 @@ replays every warm-up record of `assets.extra/`, as TF Serving does when it
 loads a version; the answers come back in a file and are compared with the
 Keras model's, computed in this process. A fresh process, because a session
 that has already built the model in Python may hold the very state (variables
-by name, registered functions) that a server starting cold would lack.
+by name, registered functions) that a server starting cold would lack; and one
+that never runs TensorFlow's Python code (`capi.without_tensorflow_python`), as
+TF Serving, a C++ binary, never does.
 """
 
 import os
 import pathlib
+import struct
 import subprocess
 import sys
 
@@ -24,16 +27,37 @@ WARMUP = "tf_serving_warmup_requests"  # under assets.extra/: the requests TF Se
 
 
 def read_warmup(path):
-    """The (signature, {input: numpy}) of each PredictionLog in a warm-up file."""
-    import tensorflow as tf
+    """The (signature, {input: numpy}) of each PredictionLog in a warm-up file, read without TensorFlow's runtime.
+
+    The file is a TFRecord file: each record is its length (little-endian uint64), a CRC of
+    the length, the bytes and their CRC. The CRCs are not checked: the exporter wrote the
+    file a moment before, and TF Serving checks them when it loads.
+    """
     from tensorflow_serving.apis import prediction_log_pb2
 
-    requests = []
-    for record in tf.data.TFRecordDataset(str(path)):
-        request = prediction_log_pb2.PredictionLog.FromString(record.numpy()).predict_log.request
+    data, start, requests = pathlib.Path(path).read_bytes(), 0, []
+    while start < len(data):
+        (length,) = struct.unpack_from("<Q", data, start)
+        record = data[start + 12: start + 12 + length]
+        start += 12 + length + 4
+        request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
         requests.append((request.model_spec.signature_name,
-                         {key: tf.make_ndarray(proto) for key, proto in request.inputs.items()}))
+                         {key: _array(proto) for key, proto in request.inputs.items()}))
     return requests
+
+
+def _array(proto):
+    """A TensorProto as written by `tf.make_tensor_proto` (strings in `string_val`, numbers in `tensor_content`)."""
+    from export import capi
+
+    shape = [dim.size for dim in proto.tensor_shape.dim]
+    dtype = capi.DTYPES[proto.dtype]
+    if dtype is object:
+        array = np.empty(len(proto.string_val), object)
+        array[:] = list(proto.string_val)
+    else:
+        array = np.frombuffer(proto.tensor_content, dtype).copy()
+    return array.reshape(shape)
 
 
 def replay(export_dir, output_file, xla=False):
@@ -44,6 +68,7 @@ def replay(export_dir, output_file, xla=False):
     """
     from export import capi
 
+    capi.without_tensorflow_python()
     if not xla:
         capi.disable_xla_compilation()
     session = capi.SavedModelSession(export_dir)

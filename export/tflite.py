@@ -43,12 +43,11 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from export.choices import QUANTIZATIONS
 from export.labels import check_labels, is_classifier
 from export.preprocessing import Preprocessing
 from keras_vit.model import outputs_probabilities
 from keras_vit.layers.utils import check_choice
-
-QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 
 # Stated bounds, checked on the tests' trained ViT (tests/export/test_tflite.py).
 TOLERANCES = {

@@ -86,9 +86,13 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
                                f"--labels={tmp_path / 'latin1.txt'}"],
         "is not an export": [f"--inspect={tmp_path / 'taken' / 'vit'}"],
     }
+    # And before TensorFlow is imported: here any import of it fails.
+    (tmp_path / "poisoned" / "tensorflow").mkdir(parents=True)
+    (tmp_path / "poisoned" / "tensorflow" / "__init__.py").write_text("raise ImportError('TensorFlow imported')")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "poisoned"), str(ROOT)])}
     results = run_together([[sys.executable, "-m", "export", *args] for args in cases.values()], cwd=ROOT,
-                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+                           env=env, timeout=300)
     for message, result in zip(cases, results):
         assert result.returncode == 1 and message in result.stderr, (message, result.stderr[-1500:])
         assert "Traceback" not in result.stderr, result.stderr[-1500:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.png", "latin1.txt", "m.keras", "taken"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["img.png", "latin1.txt", "m.keras", "poisoned", "taken"]

@@ -310,6 +310,7 @@ def test_a_12000_by_12000_jpeg_is_refused_in_bounded_memory(exported, tmp_path):
     script = (
         "import json, resource, sys, numpy as np\n"
         "from export import capi\n"
+        "capi.without_tensorflow_python()\n"
         f"session = capi.SavedModelSession({str(exported)!r})\n"
         f"small = open({str(tmp_path / 'small.png')!r}, 'rb').read()\n"
         f"huge = open({str(tmp_path / 'huge.jpg')!r}, 'rb').read()\n"
@@ -399,11 +400,23 @@ def test_a_failed_export_leaves_no_version_nor_the_folders_made_for_it(model, tm
     assert [path.name for path in (tmp_path / "vit").iterdir()] == ["1"]
 
 
-def test_warmup_records_cover_every_signature(exported):
-    requests = serving_check.read_warmup(exported / "assets.extra" / saved_model.WARMUP)
+def test_warmup_records_cover_every_signature_and_read_as_tensorflow_reads_them(exported):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = exported / "assets.extra" / saved_model.WARMUP
+    requests = serving_check.read_warmup(path)  # without TensorFlow's runtime: checked against it here
     assert [signature for signature, _ in requests] == [
         "serving_default", "predict_pixels", "predict_float", "embeddings"]
     assert tf.io.is_jpeg(requests[0][1]["images"][0])
+    records = [record.numpy() for record in tf.data.TFRecordDataset(str(path))]
+    assert len(records) == len(requests)
+    for record, (signature, inputs) in zip(records, requests):
+        request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
+        assert request.model_spec.signature_name == signature and set(request.inputs) == set(inputs)
+        for key, proto in request.inputs.items():
+            expected = tf.make_ndarray(proto)
+            assert inputs[key].dtype == (object if expected.dtype == object else expected.dtype)
+            np.testing.assert_array_equal(inputs[key], expected)
 
 
 def test_metadata_and_inspect(exported):
@@ -448,16 +461,16 @@ def test_saved_model_cli_runs_the_export(exported, tmp_path):
     assert "Result for output key probabilities" in result.stdout
 
 
-SERVE_WITH_XLA_OFF = """
+CHECK_AS_TF_SERVING_DEFAULTS = """
 import sys
-import numpy as np
-from export import capi
-capi.disable_xla_compilation()  # what tensorflow_model_server does without --xla_cpu_compilation_enabled
-session = capi.SavedModelSession(sys.argv[1])
+from export import serving_check
 try:
-    print(session.run("predict_float", inputs=np.zeros((1, 16, 16, 3), np.float32))["top_k_classes"].tolist())
-except capi.TFError as error:
-    print("refused:", error)
+    serving_check.replay(sys.argv[1], sys.argv[2])  # XLA off: tensorflow_model_server's default
+    print("served")
+except SystemExit as refusal:
+    print("refused:", refusal)
+import tensorflow
+print("TensorFlow's Python ran:", hasattr(tensorflow, "constant"))
 """
 
 
@@ -477,12 +490,16 @@ def test_a_jit_compile_export_runs_under_xla_where_tf_serving_enables_it(model, 
         np.testing.assert_allclose(got["probabilities"], want["probabilities"], atol=1e-5)
         assert got["top_k_labels"].tolist() == want["top_k_labels"].tolist()
     session.close()
-    # TF Serving's default disables XLA: there the jit export is refused, and the plain one is served.
-    off, plain = run_together([[sys.executable, "-c", SERVE_WITH_XLA_OFF, str(path)] for path in (xla, exported)],
+    # TF Serving's default disables XLA: there the check refuses the jit export, and serves the plain one,
+    # in a process where no TensorFlow Python code runs (as in the C++ server).
+    off, plain = run_together([[sys.executable, "-c", CHECK_AS_TF_SERVING_DEFAULTS, str(path), str(tmp_path / name)]
+                               for path, name in ((xla, "off.npz"), (exported, "plain.npz"))],
                               timeout=300, cwd=ROOT, env=ENV)
     assert off.returncode == 0 and plain.returncode == 0, off.stderr[-2000:] + plain.stderr[-2000:]
-    assert "refused: INTERNAL: XLA compilation disabled" in off.stdout
-    assert plain.stdout.strip().startswith("[[")
+    assert "refused: warm-up request 0 (signature 'serving_default') failed: INTERNAL: XLA compilation disabled" \
+        in off.stdout
+    assert plain.stdout.splitlines() == ["served", "TensorFlow's Python ran: False"]
+    assert off.stdout.splitlines()[-1] == "TensorFlow's Python ran: False"
 
 
 @pytest.mark.parametrize("channels, mean, std", [
