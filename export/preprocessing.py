@@ -17,7 +17,7 @@ from export.choices import DEFAULT_MAX_IMAGE_PIXELS
 from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.preprocessing import input_range, resize_pixels
 
-FORMATS = "JPEG, PNG, GIF or BMP"
+FORMATS = "JPEG, PNG, GIF, BMP or WebP"
 _HEADER_BYTES = 32
 
 
@@ -77,8 +77,8 @@ def _header(data):
     return tf.cast(tf.io.decode_raw(tf.strings.substr(head, 0, _HEADER_BYTES), tf.uint8), tf.int64)
 
 
-def _starts_with(header, signature):
-    return tf.reduce_all(tf.equal(header[: len(signature)], list(signature)))
+def _starts_with(header, signature, at=0):
+    return tf.reduce_all(tf.equal(header[at: at + len(signature)], list(signature)))
 
 
 def _number(header, start, count, big_endian):
@@ -111,7 +111,20 @@ def _declared_pixels(data, header, kind):
         height = tf.where(height >= 2**31, 2**32 - height, height)  # negative: stored top-down
         return _number(header, 18, 4, False) * height
 
-    return tf.switch_case(kind, [jpeg, png, gif, bmp])
+    def webp():
+        # The first chunk, at byte 12, says the layout: VP8 (lossy) has 14-bit sizes after its frame tag
+        # and start code; VP8L (lossless) 14-bit sizes minus one after its signature byte; VP8X (extended)
+        # a 24-bit canvas size minus one (an animation is refused before this, in `decode`).
+        lossy = tf.bitwise.bitwise_and(_number(header, 26, 2, False), 0x3FFF) * tf.bitwise.bitwise_and(
+            _number(header, 28, 2, False), 0x3FFF)
+        bits = _number(header, 21, 4, False)
+        lossless = (tf.bitwise.bitwise_and(bits, 0x3FFF) + 1) * (tf.bitwise.bitwise_and(
+            tf.bitwise.right_shift(bits, 14), 0x3FFF) + 1)
+        extended = (_number(header, 24, 3, False) + 1) * (_number(header, 27, 3, False) + 1)
+        return tf.where(_starts_with(header, b"VP8 ", 12), lossy, tf.where(
+            _starts_with(header, b"VP8L", 12), lossless, tf.where(_starts_with(header, b"VP8X", 12), extended, 0)))
+
+    return tf.switch_case(kind, [jpeg, png, gif, bmp, webp])
 
 
 def _gif_frames(data):
@@ -159,10 +172,11 @@ def _gif_frames(data):
 
 
 def _kind(header):
-    """0 JPEG, 1 PNG, 2 GIF, 3 BMP, -1 anything else."""
+    """0 JPEG, 1 PNG, 2 GIF, 3 BMP, 4 WebP, -1 anything else."""
     checks = [_starts_with(header, b"\xff\xd8\xff"), _starts_with(header, b"\x89PNG\r\n\x1a\n"),
-              _starts_with(header, b"GIF8"), _starts_with(header, b"BM")]
-    return tf.reduce_max(tf.where(tf.stack(checks), tf.range(4), -1))
+              _starts_with(header, b"GIF8"), _starts_with(header, b"BM"),
+              tf.logical_and(_starts_with(header, b"RIFF"), _starts_with(header, b"WEBP", 8))]
+    return tf.reduce_max(tf.where(tf.stack(checks), tf.range(5), -1))
 
 
 def decode(index, data, preprocessing):
@@ -172,7 +186,12 @@ def decode(index, data, preprocessing):
     known = tf.debugging.Assert(kind >= 0, [
         "images element", index, f"is not a {FORMATS} image (first bytes:", tf.strings.substr(data, 0, 8),
         "length:", tf.strings.length(data), ")"])
-    with tf.control_dependencies([known]):
+    # TensorFlow's decoder reads no animated WebP as one image (and one of its paths crashes on them).
+    animated = tf.logical_and(tf.equal(kind, 4), tf.logical_and(
+        _starts_with(header, b"VP8X", 12), tf.bitwise.bitwise_and(header[20], 2) > 0))  # VP8X flags, bit 1
+    still = tf.debugging.Assert(tf.logical_not(animated), [
+        "images element", index, "is an animated WebP; send one frame (as a still WebP, PNG or JPEG)"])
+    with tf.control_dependencies([known, still]):
         pixels = _declared_pixels(data, header, tf.maximum(kind, 0))
     small = tf.debugging.Assert(tf.logical_and(pixels >= 1, pixels <= preprocessing.max_image_pixels), [
         "images element", index, "declares", pixels, "pixels; this model accepts 1 to",
@@ -183,14 +202,24 @@ def decode(index, data, preprocessing):
 
 
 def _decode(data, kind, channels):
-    """uint8 [h, w, channels]. GIF and BMP decode only to colour: their grey is made from it."""
+    """uint8 [h, w, channels]. GIF, BMP and WebP decode only to colour: their grey is made from it.
+
+    WebP's decoder gives the image's own channels (RGB or RGBA) or fails: its alpha is dropped, as
+    PNG's decoder drops it.
+    """
     def decoded(count):
         return tf.io.decode_image(data, channels=count, expand_animations=False)
 
+    def colour():
+        webp = lambda: tf.ensure_shape(decoded(0)[..., :3], [None, None, 3])
+        return tf.cond(tf.equal(kind, 4), webp, lambda: decoded(3))
+
+    if channels == 3:
+        return colour()
     if channels != 1:
         return decoded(channels)
-    grey = lambda: tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(decoded(3), tf.float32))), tf.uint8)
-    return tf.cond(kind >= 2, grey, lambda: decoded(1))  # 2 GIF, 3 BMP (`_kind`)
+    grey = lambda: tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(colour(), tf.float32))), tf.uint8)
+    return tf.cond(kind >= 2, grey, lambda: decoded(1))  # 2 GIF, 3 BMP, 4 WebP (`_kind`)
 
 
 def to_inputs(pixels, preprocessing):

@@ -5,7 +5,7 @@ convention: one signature per input kind, the model's own preprocessing
 inside the graph, and the TF Serving layout `BASE/NAME/VERSION/`.
 
 Signatures of a classifier (inputs -> outputs):
-- `serving_default`: `images` (string [N]: JPEG, PNG, GIF or BMP bytes, any size).
+- `serving_default`: `images` (string [N]: JPEG, PNG, GIF, BMP or still WebP bytes, any size).
 - `predict_pixels`: `pixels` (uint8 [N, h, w, C], any size, 0-255).
 - `predict_float`: `inputs` (float32 [N, H, W, C] already scaled, `(p / 255 -
   mean) / std`: [-1, 1] for the official mean and std; the model's own input,

@@ -57,6 +57,8 @@ def _array(proto):
         array[:] = list(proto.string_val)
     else:
         array = np.frombuffer(proto.tensor_content, dtype).copy()
+    if array.size != np.prod(shape, dtype=np.int64):  # e.g. one number, which goes in a typed field instead
+        raise ValueError(f"A warm-up input of shape {shape} holds {array.size} values where this reader looks")
     return array.reshape(shape)
 
 

@@ -33,7 +33,7 @@ def problem(path):
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
-            header = f.read(12)
+            header = f.read(25)
     except OSError as error:
         return f"unreadable ({error.strerror})"
     if size == 0:
@@ -42,6 +42,17 @@ def problem(path):
         return f"not a JPEG, PNG, GIF, BMP or WebP image (starts with {header[:4]!r})"
     if size < MIN_BYTES:
         return f"truncated ({size} bytes)"
+    return _webp_problem(header) if header.startswith(b"RIFF") else None
+
+
+def _webp_problem(header):
+    """What TensorFlow's decoder cannot give as one RGB image: an animation, or an alpha channel (4 channels)."""
+    extended_flags = header[20] if header[12:16] == b"VP8X" else 0  # ICC, alpha 0x10, EXIF, XMP, animation 0x02
+    lossless_alpha = header[12:16] == b"VP8L" and header[24] & 0x10  # bit 28 of the size field
+    if extended_flags & 0x02:
+        return "an animated WebP (TensorFlow's decoder reads none as one image)"
+    if extended_flags & 0x10 or lossless_alpha:
+        return "a WebP with an alpha channel (TensorFlow's decoder reads it only as 4 channels): convert it to RGB"
     return None
 
 

@@ -189,8 +189,19 @@ def keras_vit_features(model, inputs):
     return np.asarray(keras.Model(model.input, model.get_layer("pooling").output)(inputs))
 
 
+def webp(pixels, **options):
+    return encode(pixels, "WEBP", lossless=True, exact=True, **options)
+
+
+def animated_webp():
+    frames = [Image.fromarray(photo(20, 20, seed=k)) for k in range(4)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="WEBP", save_all=True, append_images=frames[1:], duration=100, lossless=True)
+    return buffer.getvalue()
+
+
 def test_every_format_the_decoder_knows_is_served(model, served):
-    """Grayscale, RGBA and 16-bit PNG, GIF and BMP: the pixels a user sees, as RGB."""
+    """Grayscale, RGBA and 16-bit PNG, GIF, BMP and WebP: the pixels a user sees, as RGB."""
     rgb = (photo(21, 17, seed=1) // 64 * 64).astype(np.uint8)  # few colours: a GIF keeps them exactly
     gray = rgb[..., 0]
     cases = {
@@ -199,7 +210,16 @@ def test_every_format_the_decoder_knows_is_served(model, served):
         "16-bit PNG": (tf.io.encode_png(tf.constant(rgb.astype(np.uint16) * 257)).numpy(), rgb),
         "GIF": (encode(rgb, "GIF"), rgb),
         "BMP": (encode(rgb, "BMP"), rgb),
+        "WebP lossless": (webp(rgb), rgb),
+        "RGBA WebP lossless": (webp(np.dstack([rgb, np.full(gray.shape, 200, np.uint8)])), rgb),
+        "WebP lossy": (encode(rgb, "WEBP"), decoded([encode(rgb, "WEBP")])[0]),
+        "RGBA WebP lossy": (encode(np.dstack([rgb, np.full(gray.shape, 200, np.uint8)]), "WEBP"), None),
     }
+    # A lossy RGBA WebP: the decoder's own RGB (its alpha dropped), whatever the encoder made of the colours.
+    rgba_lossy = tf.io.decode_image(cases["RGBA WebP lossy"][0], channels=0, expand_animations=False)
+    assert rgba_lossy.shape[-1] == 4 and cases["RGBA WebP lossy"][0][12:16] == b"VP8X"
+    cases["RGBA WebP lossy"] = (cases["RGBA WebP lossy"][0], rgba_lossy[..., :3])
+    assert [cases[name][0][12:16] for name in ("WebP lossless", "WebP lossy")] == [b"VP8L", b"VP8 "]
     for name, (data, pixels) in cases.items():
         got = served.run("serving_default", images=strings(data))["probabilities"]
         np.testing.assert_allclose(got, keras_probabilities(model, [pixels]), atol=1e-5, err_msg=name)
@@ -227,8 +247,9 @@ def test_a_grey_model_takes_every_format(tmp_path):
     session = capi.SavedModelSession(saved_model.export_saved_model(grey_model, tmp_path, name="grey"))
     grey = photo(21, 17, seed=4)[..., :1] // 64 * 64  # few levels: a GIF keeps them exactly
     try:
-        for format in ("PNG", "JPEG", "GIF", "BMP"):
-            data = encode(np.repeat(grey, 3, -1) if format in ("GIF", "BMP") else grey[..., 0], format)
+        for format in ("PNG", "JPEG", "GIF", "BMP", "WEBP"):
+            data = encode(np.repeat(grey, 3, -1) if format in ("GIF", "BMP", "WEBP") else grey[..., 0], format,
+                          **({"lossless": True} if format == "WEBP" else {}))
             pixels = tf.io.decode_image(data, channels=1, expand_animations=False) if format == "JPEG" else grey
             expected = tf.nn.softmax(grey_model(model_inputs(pixels)[None])).numpy()
             got = session.run("serving_default", images=strings(data))["probabilities"]
@@ -253,9 +274,11 @@ def test_an_empty_batch_returns_empty_outputs_of_the_right_shapes(served):
 
 
 @pytest.mark.parametrize("data, message", [
-    (b"not an image", r"images element.*\b1\b.*is not a JPEG, PNG, GIF or BMP image"),
-    (b"", r"images element.*\b1\b.*is not a JPEG, PNG, GIF or BMP image"),
-    (b"RIFF\x00\x00\x00\x00WEBPVP8 ", r"images element.*\b1\b.*is not a JPEG, PNG, GIF or BMP image"),
+    (b"not an image", r"images element.*\b1\b.*is not a JPEG, PNG, GIF, BMP or WebP image"),
+    (b"", r"images element.*\b1\b.*is not a JPEG, PNG, GIF, BMP or WebP image"),
+    (b"II*\x00", r"images element.*\b1\b.*is not a JPEG, PNG, GIF, BMP or WebP image"),  # TIFF
+    (b"RIFF\x00\x00\x00\x00WEBPVP8 ", r"images element.*\b1\b.*declares.*\b0\b.*pixels"),
+    ("animated WebP", r"images element.*\b1\b.*is an animated WebP"),
     ("truncated JPEG", r"JPEG"),
     ("truncated PNG", r"PNG"),
     ("corrupt JPEG header", r"JPEG"),
@@ -263,7 +286,7 @@ def test_an_empty_batch_returns_empty_outputs_of_the_right_shapes(served):
 def test_a_bad_element_is_an_invalid_argument_and_the_server_goes_on(served, data, message):
     good, png = encoded_images()
     data = {"truncated JPEG": good[: len(good) // 2], "truncated PNG": png[: len(png) - 30],
-            "corrupt JPEG header": good[:4] + b"\x00" * 40}.get(data, data)
+            "corrupt JPEG header": good[:4] + b"\x00" * 40, "animated WebP": animated_webp()}.get(data, data)
     with pytest.raises(capi.TFError, match=message) as error:
         served.run("serving_default", images=strings(good, data))
     assert error.value.code == 3  # INVALID_ARGUMENT, what TF Serving returns to the client
@@ -274,8 +297,10 @@ def test_an_image_declaring_too_many_pixels_is_refused_from_its_header(model, tm
     path = saved_model.export_saved_model(model, tmp_path, name="small", max_image_pixels=600)
     session = capi.SavedModelSession(path)
     try:
+        rgba = np.dstack([photo(30, 21), np.full((30, 21), 200, np.uint8)])
         for image in (encode(photo(30, 21), "PNG"), encode(photo(30, 21), "JPEG"), encode(photo(30, 21), "BMP"),
-                      encode(photo(30, 21) // 64 * 64, "GIF")):
+                      encode(photo(30, 21) // 64 * 64, "GIF"), encode(photo(30, 21), "WEBP"), webp(photo(30, 21)),
+                      encode(rgba, "WEBP")):  # WebP: VP8, VP8L, VP8X
             with pytest.raises(capi.TFError, match=r"images element.*\b0\b.*declares.*\b630\b.*pixels.*\b600\b"):
                 session.run("serving_default", images=strings(image))
         assert session.run("serving_default", images=strings(encode(photo(20, 30), "PNG")))

@@ -231,6 +231,31 @@ def test_a_gif_bmp_or_webp_saved_as_jpg_passes_the_scan_as_the_decoder_reads_it(
     assert image_scan.problem(str(tmp_path / "page.jpg")).startswith("not a JPEG, PNG, GIF, BMP or WebP")
 
 
+@pytest.mark.parametrize("options, found", [
+    (dict(lossless=True), "a WebP with an alpha channel"), ({}, "a WebP with an alpha channel"),
+    (dict(save_all=True, duration=100), "an animated WebP")])
+def test_a_webp_the_decoder_cannot_give_as_rgb_is_found_by_the_scan(tmp_path, options, found):
+    import io
+
+    from PIL import Image
+
+    from trainers import image_scan
+
+    rng = np.random.default_rng(0)
+    if "save_all" in options:
+        frames = [Image.fromarray(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)) for _ in range(3)]
+        options = {**options, "append_images": frames[1:]}
+    else:
+        frames = [Image.fromarray(np.dstack([rng.integers(0, 256, (12, 10, 3), dtype=np.uint8),
+                                             np.full((12, 10), 200, np.uint8)]))]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="WEBP", **options)
+    (tmp_path / "image.jpg").write_bytes(buffer.getvalue())
+    assert image_scan.problem(str(tmp_path / "image.jpg")).startswith(found)
+    with pytest.raises(tf.errors.InvalidArgumentError):  # what the run would meet at that image
+        data._decode(buffer.getvalue(), 3)
+
+
 def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):
     _image_folder(tmp_path)
     recipe = TINY.replace(dataset=f"folder:{tmp_path}", batch_size=2)
