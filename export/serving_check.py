@@ -20,6 +20,8 @@ import sys
 
 import numpy as np
 
+from export import capi  # ctypes only: importing it loads no TensorFlow
+
 # Float outputs through the C++ path equal the Keras model's to this (DESIGN.md).
 TOLERANCE = 1e-5
 TIMEOUT_S = 600
@@ -48,8 +50,6 @@ def read_warmup(path):
 
 def _array(proto):
     """A TensorProto as written by `tf.make_tensor_proto` (strings in `string_val`, numbers in `tensor_content`)."""
-    from export import capi
-
     shape = [dim.size for dim in proto.tensor_shape.dim]
     dtype = capi.DTYPES[proto.dtype]
     if dtype is object:
@@ -68,8 +68,6 @@ def replay(export_dir, output_file, xla=False):
     XLA is off, as in TF Serving's default, unless `xla` (an export written with
     `jit_compile`, which TF Serving runs only with `--xla_cpu_compilation_enabled=true`).
     """
-    from export import capi
-
     capi.without_tensorflow_python()
     if not xla:
         capi.disable_xla_compilation()

@@ -204,22 +204,24 @@ def test_every_format_the_decoder_knows_is_served(model, served):
     """Grayscale, RGBA and 16-bit PNG, GIF, BMP and WebP: the pixels a user sees, as RGB."""
     rgb = (photo(21, 17, seed=1) // 64 * 64).astype(np.uint8)  # few colours: a GIF keeps them exactly
     gray = rgb[..., 0]
+    rgba = np.dstack([rgb, np.full(gray.shape, 200, np.uint8)])
+    # Lossy WebP: the decoder's own pixels, whatever the encoder made of the colours (RGBA: its alpha dropped).
+    lossy, rgba_lossy = encode(rgb, "WEBP"), encode(rgba, "WEBP")
+    rgba_pixels = tf.io.decode_image(rgba_lossy, channels=0, expand_animations=False)
+    assert rgba_pixels.shape[-1] == 4
     cases = {
         "gray PNG": (encode(gray, "PNG"), np.repeat(gray[..., None], 3, -1)),
-        "RGBA PNG": (encode(np.dstack([rgb, np.full(gray.shape, 200, np.uint8)]), "PNG"), rgb),
+        "RGBA PNG": (encode(rgba, "PNG"), rgb),
         "16-bit PNG": (tf.io.encode_png(tf.constant(rgb.astype(np.uint16) * 257)).numpy(), rgb),
         "GIF": (encode(rgb, "GIF"), rgb),
         "BMP": (encode(rgb, "BMP"), rgb),
         "WebP lossless": (webp(rgb), rgb),
-        "RGBA WebP lossless": (webp(np.dstack([rgb, np.full(gray.shape, 200, np.uint8)])), rgb),
-        "WebP lossy": (encode(rgb, "WEBP"), decoded([encode(rgb, "WEBP")])[0]),
-        "RGBA WebP lossy": (encode(np.dstack([rgb, np.full(gray.shape, 200, np.uint8)]), "WEBP"), None),
+        "RGBA WebP lossless": (webp(rgba), rgb),
+        "WebP lossy": (lossy, decoded([lossy])[0]),
+        "RGBA WebP lossy": (rgba_lossy, rgba_pixels[..., :3]),
     }
-    # A lossy RGBA WebP: the decoder's own RGB (its alpha dropped), whatever the encoder made of the colours.
-    rgba_lossy = tf.io.decode_image(cases["RGBA WebP lossy"][0], channels=0, expand_animations=False)
-    assert rgba_lossy.shape[-1] == 4 and cases["RGBA WebP lossy"][0][12:16] == b"VP8X"
-    cases["RGBA WebP lossy"] = (cases["RGBA WebP lossy"][0], rgba_lossy[..., :3])
-    assert [cases[name][0][12:16] for name in ("WebP lossless", "WebP lossy")] == [b"VP8L", b"VP8 "]
+    layouts = [cases[name][0][12:16] for name in ("WebP lossless", "WebP lossy", "RGBA WebP lossy")]
+    assert layouts == [b"VP8L", b"VP8 ", b"VP8X"]
     for name, (data, pixels) in cases.items():
         got = served.run("serving_default", images=strings(data))["probabilities"]
         np.testing.assert_allclose(got, keras_probabilities(model, [pixels]), atol=1e-5, err_msg=name)
