@@ -14,11 +14,11 @@ import numpy as np
 import tensorflow as tf
 
 from export.choices import DEFAULT_MAX_IMAGE_PIXELS
+from keras_vit import image_formats
+from keras_vit.image_formats import FORMATS, starts_with
 from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.preprocessing import input_range, resize_pixels
 
-FORMATS = "JPEG, PNG, GIF, BMP or WebP"
-_HEADER_BYTES = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,16 +71,6 @@ def native_image_size(model):
     return (grid[0] * stride[0], grid[1] * stride[1])
 
 
-def _header(data):
-    """The first 32 bytes of `data` as uint8, zero-padded when the data is shorter."""
-    head = tf.strings.substr(data, 0, _HEADER_BYTES) + b"\0" * _HEADER_BYTES
-    return tf.cast(tf.io.decode_raw(tf.strings.substr(head, 0, _HEADER_BYTES), tf.uint8), tf.int64)
-
-
-def _starts_with(header, signature, at=0):
-    return tf.reduce_all(tf.equal(header[at: at + len(signature)], list(signature)))
-
-
 def _number(header, start, count, big_endian):
     """An unsigned integer of `count` bytes at `start` of the header."""
     order = range(count) if big_endian else reversed(range(count))
@@ -121,10 +111,10 @@ def _declared_pixels(data, header, kind):
         lossless = (tf.bitwise.bitwise_and(bits, 0x3FFF) + 1) * (tf.bitwise.bitwise_and(
             tf.bitwise.right_shift(bits, 14), 0x3FFF) + 1)
         extended = (_number(header, 24, 3, False) + 1) * (_number(header, 27, 3, False) + 1)
-        return tf.where(_starts_with(header, b"VP8 ", 12), lossy, tf.where(
-            _starts_with(header, b"VP8L", 12), lossless, tf.where(_starts_with(header, b"VP8X", 12), extended, 0)))
+        return tf.where(starts_with(header, b"VP8 ", 12), lossy, tf.where(
+            starts_with(header, b"VP8L", 12), lossless, tf.where(starts_with(header, b"VP8X", 12), extended, 0)))
 
-    return tf.switch_case(kind, [jpeg, png, gif, bmp, webp])
+    return tf.switch_case(kind, [jpeg, png, gif, bmp, webp])  # in `image_formats` order
 
 
 def _gif_frames(data):
@@ -171,25 +161,14 @@ def _gif_frames(data):
     return frames, width, height
 
 
-def _kind(header):
-    """0 JPEG, 1 PNG, 2 GIF, 3 BMP, 4 WebP, -1 anything else."""
-    checks = [_starts_with(header, b"\xff\xd8\xff"), _starts_with(header, b"\x89PNG\r\n\x1a\n"),
-              _starts_with(header, b"GIF8"), _starts_with(header, b"BM"),
-              tf.logical_and(_starts_with(header, b"RIFF"), _starts_with(header, b"WEBP", 8))]
-    return tf.reduce_max(tf.where(tf.stack(checks), tf.range(5), -1))
-
-
 def decode(index, data, preprocessing):
     """One encoded image -> model input, after its header passed the checks."""
-    header = _header(data)
-    kind = _kind(header)
+    header = image_formats.header(data)
+    kind = image_formats.image_format(header)
     known = tf.debugging.Assert(kind >= 0, [
         "images element", index, f"is not a {FORMATS} image (first bytes:", tf.strings.substr(data, 0, 8),
         "length:", tf.strings.length(data), ")"])
-    # TensorFlow's decoder reads no animated WebP as one image (and one of its paths crashes on them).
-    animated = tf.logical_and(tf.equal(kind, 4), tf.logical_and(
-        _starts_with(header, b"VP8X", 12), tf.bitwise.bitwise_and(header[20], 2) > 0))  # VP8X flags, bit 1
-    still = tf.debugging.Assert(tf.logical_not(animated), [
+    still = tf.debugging.Assert(tf.logical_not(image_formats.is_animated_webp(header, kind)), [
         "images element", index, "is an animated WebP; send one frame (as a still WebP, PNG or JPEG)"])
     with tf.control_dependencies([known, still]):
         pixels = _declared_pixels(data, header, tf.maximum(kind, 0))
@@ -197,29 +176,8 @@ def decode(index, data, preprocessing):
         "images element", index, "declares", pixels, "pixels; this model accepts 1 to",
         preprocessing.max_image_pixels, "(max_image_pixels)"])
     with tf.control_dependencies([small]):
-        image = _decode(data, kind, preprocessing.channels)
+        image = image_formats.decode(data, preprocessing.channels)
     return to_inputs(image, preprocessing)
-
-
-def _decode(data, kind, channels):
-    """uint8 [h, w, channels]. GIF, BMP and WebP decode only to colour: their grey is made from it.
-
-    WebP's decoder gives the image's own channels (RGB or RGBA) or fails: its alpha is dropped, as
-    PNG's decoder drops it.
-    """
-    def decoded(count):
-        return tf.io.decode_image(data, channels=count, expand_animations=False)
-
-    def colour():
-        webp = lambda: tf.ensure_shape(decoded(0)[..., :3], [None, None, 3])
-        return tf.cond(tf.equal(kind, 4), webp, lambda: decoded(3))
-
-    if channels == 3:
-        return colour()
-    if channels != 1:
-        return decoded(channels)
-    grey = lambda: tf.cast(tf.round(tf.image.rgb_to_grayscale(tf.cast(colour(), tf.float32))), tf.uint8)
-    return tf.cond(kind >= 2, grey, lambda: decoded(1))  # 2 GIF, 3 BMP, 4 WebP (`_kind`)
 
 
 def to_inputs(pixels, preprocessing):

@@ -22,7 +22,7 @@ from absl import app, flags  # noqa: E402
 
 _MODEL = flags.DEFINE_string("model", None, "A keras_vit .keras file, or a checkpoint (.npz, .safetensors, "
                                             "Hugging Face directory).")
-_IMAGE = flags.DEFINE_string("image", None, "A JPEG, PNG, GIF or BMP image.")
+_IMAGE = flags.DEFINE_string("image", None, "A JPEG, PNG, GIF, BMP or still WebP image.")
 _OUTPUT = flags.DEFINE_string("output", None, "Directory for the figures (default: explain_<image name>).")
 _LABELS = flags.DEFINE_string("labels", None, "Class names, one per line (default: ImageNet's for 1000 "
                                               "classes, else class numbers).")
@@ -52,12 +52,21 @@ def read_image(path, config, crop_fraction):
     import tensorflow as tf
 
     import keras_vit
+    from keras_vit import image_formats
 
     data = pathlib.Path(path).read_bytes()
+    header = image_formats.header(data)
+    image_format = image_formats.image_format(header)
+    if image_format < 0:
+        raise ValueError(f"--image={path!r} is not a {image_formats.FORMATS} image (starts with {data[:8]!r})")
+    if image_formats.is_animated_webp(header, image_format):
+        raise ValueError(f"--image={path!r} is an animated WebP, which TensorFlow cannot decode as one image: "
+                         "save one frame (as a still WebP, PNG or JPEG)")
     try:
-        image = tf.io.decode_image(data, channels=config.channels, expand_animations=False)
+        image = image_formats.decode(data, config.channels)
     except tf.errors.InvalidArgumentError as error:
-        raise ValueError(f"--image={path!r} is not a JPEG, PNG, GIF or BMP image: {error.message}") from error
+        name = image_formats.NAMES[image_format]
+        raise ValueError(f"--image={path!r} is a damaged {name} image: {error.message}") from error
     resized = keras_vit.resize_and_center_crop(image, config.image_size, crop_fraction)
     pixels = np.clip(np.round(resized.numpy()), 0, 255).astype(np.uint8)
     return pixels, keras_vit.preprocess_input(pixels[None], config=config)

@@ -77,8 +77,45 @@ def test_bad_input_is_named(tmp_path, image):
         ["--model=whatever.keras", f"--image={image}", f"--output={tmp_path / 'a_file'}"])
     assert output.returncode != 0 and "--output must be a directory" in output.stderr, output.stderr[-1000:]
     assert missing.returncode != 0 and "--image=" in missing.stderr and "no such file" in missing.stderr
-    assert bad.returncode != 0 and "is not a JPEG, PNG, GIF or BMP image" in bad.stderr
+    assert bad.returncode != 0 and "text.png' is not a JPEG, PNG, GIF, BMP or WebP image" in bad.stderr
     assert labels.returncode != 0 and "has 2 names; the model has 3 classes" in labels.stderr
+
+
+def _encoded(kind, pixels, **options):
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels[0]).save(buffer, format=kind, **options, **(
+        dict(save_all=True, append_images=[Image.fromarray(p) for p in pixels[1:]]) if len(pixels) > 1 else {}))
+    return buffer.getvalue()
+
+
+def test_every_still_format_reads_as_the_models_channels_and_an_animated_webp_is_refused(tmp_path):
+    """As the trainer and the export decode (`keras_vit.image_formats`): alpha dropped, grey made from colour."""
+    from keras_vit import explain
+
+    rgba = np.random.default_rng(0).integers(0, 256, (1, 12, 16, 4), dtype=np.uint8)
+    rgba[..., 3] = 200
+    rgb = np.ascontiguousarray(rgba[..., :3])
+    for kind, pixels, options in (("WEBP", rgba, dict(lossless=True)), ("PNG", rgba, {}), ("GIF", rgb[..., :1], {}),
+                                  ("BMP", rgb, {})):
+        path = tmp_path / f"image.{kind.lower()}"
+        path.write_bytes(_encoded(kind, pixels if kind != "GIF" else np.repeat(pixels, 3, -1), **options))
+        png_grey = tf.io.decode_png(path.read_bytes(), channels=1).numpy() if kind == "PNG" else None  # libpng's
+        for channels in (3, 1):
+            config = keras_vit.ViTConfig(patch_size=4, image_size=(12, 16), channels=channels, input_mean=(0.5,) * channels,
+                                         input_std=(0.5,) * channels)
+            shown, _ = explain.read_image(path, config, crop_fraction=1.0)
+            colour = np.repeat(pixels, 3, -1)[0] if kind == "GIF" else pixels[0, ..., :3]
+            expected = colour if channels == 3 else png_grey if kind == "PNG" else np.round(
+                tf.image.rgb_to_grayscale(colour.astype(np.float32)).numpy()).astype(np.uint8)
+            np.testing.assert_array_equal(shown, expected, err_msg=f"{kind}, {channels} channels")
+    path = tmp_path / "moving.webp"
+    path.write_bytes(_encoded("WEBP", np.concatenate([rgba, 255 - rgba]), duration=100))
+    with pytest.raises(ValueError, match=r"moving.webp' is an animated WebP"):
+        explain.read_image(str(path), keras_vit.ViTConfig(patch_size=4, image_size=(12, 16)), crop_fraction=1.0)
 
 
 def test_top5_of_a_distilled_softmax_model_is_its_own_probabilities():

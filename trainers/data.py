@@ -16,6 +16,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import image_formats
 from keras_vit.preprocessing import preprocess_input, resize_pixels
 from trainers import image_scan
 
@@ -208,7 +209,7 @@ def _parse_example(record):
 
 
 def _decode(data, channels):
-    return tf.io.decode_image(data, channels=channels, expand_animations=False)
+    return image_formats.decode(data, channels)
 
 
 def _decoded(encoded, channels):

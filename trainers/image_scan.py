@@ -46,14 +46,9 @@ def problem(path):
 
 
 def _webp_problem(header):
-    """What TensorFlow's decoder cannot give as one RGB image: an animation, or an alpha channel (4 channels)."""
-    extended_flags = header[20] if header[12:16] == b"VP8X" else 0  # ICC, alpha 0x10, EXIF, XMP, animation 0x02
-    lossless_alpha = header[12:16] == b"VP8L" and header[24] & 0x10  # bit 28 of the size field
-    if extended_flags & 0x02:
-        return "an animated WebP (TensorFlow's decoder reads none as one image)"
-    if extended_flags & 0x10 or lossless_alpha:
-        return "a WebP with an alpha channel (TensorFlow's decoder reads it only as 4 channels): convert it to RGB"
-    return None
+    """An animated WebP: TensorFlow's decoder reads none as one image (`keras_vit.image_formats`)."""
+    extended_flags = header[20] if header[12:16] == b"VP8X" else 0  # ICC, alpha, EXIF, XMP, animation 0x02
+    return "an animated WebP (TensorFlow's decoder reads none as one image)" if extended_flags & 0x02 else None
 
 
 def _starts_with(header, magic):

@@ -227,33 +227,49 @@ def test_a_gif_bmp_or_webp_saved_as_jpg_passes_the_scan_as_the_decoder_reads_it(
         path.write_bytes(buffer.getvalue())
         assert image_scan.problem(str(path)) is None, kind
         assert data._decode(buffer.getvalue(), 3).shape == (12, 10, 3)
+        assert data._decode(buffer.getvalue(), 1).shape == (12, 10, 1), kind  # their decoders have no grey
     (tmp_path / "page.jpg").write_bytes(b"RIFF\0\0\0\0WAVEfmt ")  # RIFF, but sound
     assert image_scan.problem(str(tmp_path / "page.jpg")).startswith("not a JPEG, PNG, GIF, BMP or WebP")
 
 
-@pytest.mark.parametrize("options, found", [
-    (dict(lossless=True), "a WebP with an alpha channel"), ({}, "a WebP with an alpha channel"),
-    (dict(save_all=True, duration=100), "an animated WebP")])
-def test_a_webp_the_decoder_cannot_give_as_rgb_is_found_by_the_scan(tmp_path, options, found):
+def _webp(options, frames=1, alpha=True):
     import io
 
     from PIL import Image
 
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(np.dstack([rng.integers(0, 256, (12, 10, 3), dtype=np.uint8),
+                                         np.full((12, 10), 200 if alpha else 255, np.uint8)])) for _ in range(frames)]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="WEBP", **options, **(dict(save_all=True, append_images=images[1:]) if frames > 1
+                                                         else {}))
+    return buffer.getvalue(), np.asarray(images[0])
+
+
+@pytest.mark.parametrize("lossless", [True, False])
+def test_a_webp_with_alpha_passes_the_scan_and_trains_as_its_colour(tmp_path, lossless):
     from trainers import image_scan
 
-    rng = np.random.default_rng(0)
-    if "save_all" in options:
-        frames = [Image.fromarray(rng.integers(0, 256, (12, 10, 3), dtype=np.uint8)) for _ in range(3)]
-        options = {**options, "append_images": frames[1:]}
-    else:
-        frames = [Image.fromarray(np.dstack([rng.integers(0, 256, (12, 10, 3), dtype=np.uint8),
-                                             np.full((12, 10), 200, np.uint8)]))]
-    buffer = io.BytesIO()
-    frames[0].save(buffer, format="WEBP", **options)
-    (tmp_path / "image.jpg").write_bytes(buffer.getvalue())
-    assert image_scan.problem(str(tmp_path / "image.jpg")).startswith(found)
-    with pytest.raises(tf.errors.InvalidArgumentError):  # what the run would meet at that image
-        data._decode(buffer.getvalue(), 3)
+    encoded, rgba = _webp(dict(lossless=lossless, quality=100))
+    (tmp_path / "image.jpg").write_bytes(encoded)
+    assert image_scan.problem(str(tmp_path / "image.jpg")) is None
+    colour, grey = data._decode(encoded, 3).numpy(), data._decode(encoded, 1).numpy()
+    assert colour.shape == (12, 10, 3) and grey.shape == (12, 10, 1)
+    if lossless:  # the alpha dropped, the colour kept exactly
+        np.testing.assert_array_equal(colour, rgba[..., :3])
+    expected = np.round(tf.image.rgb_to_grayscale(colour.astype(np.float32)).numpy())
+    np.testing.assert_array_equal(grey, expected)
+
+
+def test_an_animated_webp_is_found_by_the_scan_and_refused_by_the_decoder(tmp_path):
+    from trainers import image_scan
+
+    encoded, _ = _webp(dict(duration=100), frames=3, alpha=False)
+    (tmp_path / "image.jpg").write_bytes(encoded)
+    assert image_scan.problem(str(tmp_path / "image.jpg")).startswith("an animated WebP")
+    for channels in (3, 1):  # a TFRecord's image meets no scan: an error, not TensorFlow's crash
+        with pytest.raises(tf.errors.InvalidArgumentError, match="an animated WebP"):
+            data._decode(encoded, channels)
 
 
 def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):
