@@ -118,10 +118,14 @@ SUITES = {
 
 
 def shrink(suite):
-    """The suite's settings on a seconds-long workload: a 1-layer Ti/16 at 32 px (tests/test_run.py)."""
+    """The suite's settings on a seconds-long workload: a 1-layer Ti/16 at 32 px (tests/test_run.py).
+
+    Fresh-process probes only for training: the memory probe is the same probe of another task, and
+    each probe is a process per implementation that pays its framework's import (CI time).
+    """
     return dataclasses.replace(
         suite, threads=min(suite.threads, 2), image_size=32, num_layers=1, matmul_shape=(64, 64, 64),
-        inference=(("Ti/16", 1),), training=(("Ti/16", 2),), memory_probe=suite.memory_probe and ("Ti/16", 1),
+        inference=(("Ti/16", 1),), training=(("Ti/16", 2),), memory_probe=None,
         compile_probes=(("Ti/16", 2),) if suite.compile_probes else (), rounds=2, seconds=0.05, concurrent_probes=2)
 
 

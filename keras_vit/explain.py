@@ -89,6 +89,21 @@ def class_names(model, labels_path):
     return [f"class {i}" for i in range(classes)]
 
 
+def check_paths(model, image, labels, output):
+    """The figures' directory, once the flags name a model, an image and labels that exist, and no file as it."""
+    for name, value in (("model", model), ("image", image)):
+        if not value:
+            raise ValueError(f"--{name} is required")
+    for name, value in (("image", image), ("labels", labels)):
+        if value and not os.path.isfile(value):
+            raise ValueError(f"--{name}={value!r}: no such file")
+    output = pathlib.Path(output or f"explain_{pathlib.Path(image).stem}")
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output must be a directory for the figures; received --output={str(output)!r}, "
+                         "an existing file")
+    return output
+
+
 def top5(model, inputs, names):
     """`[(name, probability), ...]` of the five best classes (fewer if the model has fewer)."""
     import numpy as np
@@ -105,18 +120,12 @@ def top5(model, inputs, names):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    for flag in (_MODEL, _IMAGE):
-        if not flag.value:
-            raise app.UsageError(f"--{flag.name} is required")
-    for flag in (_IMAGE, _LABELS):
-        if flag.value and not os.path.isfile(flag.value):
-            raise app.UsageError(f"--{flag.name}={flag.value!r}: no such file")
+    try:
+        output = check_paths(_MODEL.value, _IMAGE.value, _LABELS.value, _OUTPUT.value)
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
     from keras_vit import figures
 
-    output = pathlib.Path(_OUTPUT.value or f"explain_{pathlib.Path(_IMAGE.value).stem}")
-    if output.exists() and not output.is_dir():
-        raise app.UsageError(f"--output must be a directory for the figures; received --output={str(output)!r}, "
-                             "an existing file")
     try:
         model = load_model(_MODEL.value)
         names = class_names(model, _LABELS.value)

@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,6 @@ import tensorflow as tf
 
 import keras_vit
 from tests.layer_checks import randomize_weights
-from tests.processes import run_together
 
 ROOT = pathlib.Path(__file__).parents[1]
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
@@ -21,12 +21,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def explain(*args):
     return subprocess.run([sys.executable, "-m", "keras_vit.explain", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env=ENV)
-
-
-def explain_together(*commands):
-    """`explain(*args)` for each argument list, the processes started together."""
-    return run_together([[sys.executable, "-m", "keras_vit.explain", *args] for args in commands], timeout=300,
-                        cwd=ROOT, env=ENV)
 
 
 @pytest.fixture(scope="module")
@@ -63,22 +57,28 @@ def test_every_figure_is_written(tmp_path, image, fields, figures):
 
 
 def test_bad_input_is_named(tmp_path, image):
+    from keras_vit.explain import check_paths, class_names
+
     (tmp_path / "text.png").write_text("not an image")
     model = keras_vit.ViT(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
                           classes=3)
     model.save(tmp_path / "m.keras")
+    # On the command line: a refusal is a usage error, named on stderr.
+    bad = explain(f"--model={tmp_path / 'm.keras'}", f"--image={tmp_path / 'text.png'}")
+    assert bad.returncode != 0 and "text.png' is not a JPEG, PNG, GIF, BMP or WebP image" in bad.stderr
+    # The other refusals, in-process (each command line would pay TensorFlow's import: CI time).
     (tmp_path / "two.txt").write_text("a\nb\n")
     (tmp_path / "a_file").write_text("")
-    missing, bad, labels, output = explain_together(
-        ["--model=whatever.keras", f"--image={tmp_path / 'none.png'}"],
-        [f"--model={tmp_path / 'm.keras'}", f"--image={tmp_path / 'text.png'}"],
-        [f"--model={tmp_path / 'm.keras'}", f"--image={image}", f"--labels={tmp_path / 'two.txt'}",
-         f"--output={tmp_path / 'out'}"],
-        ["--model=whatever.keras", f"--image={image}", f"--output={tmp_path / 'a_file'}"])
-    assert output.returncode != 0 and "--output must be a directory" in output.stderr, output.stderr[-1000:]
-    assert missing.returncode != 0 and "--image=" in missing.stderr and "no such file" in missing.stderr
-    assert bad.returncode != 0 and "text.png' is not a JPEG, PNG, GIF, BMP or WebP image" in bad.stderr
-    assert labels.returncode != 0 and "has 2 names; the model has 3 classes" in labels.stderr
+    for arguments, message in (
+            (("m.keras", None, None, None), "--image is required"),
+            (("m.keras", f"{tmp_path}/none.png", None, None), f"--image='{tmp_path}/none.png': no such file"),
+            (("m.keras", str(image), f"{tmp_path}/none.txt", None), f"--labels='{tmp_path}/none.txt': no such file"),
+            (("m.keras", str(image), None, f"{tmp_path}/a_file"), "--output must be a directory")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check_paths(*arguments)
+    assert check_paths("m.keras", str(image), None, None) == pathlib.Path("explain_photo")
+    with pytest.raises(ValueError, match="has 2 names; the model has 3 classes"):
+        class_names(model, tmp_path / "two.txt")
 
 
 def _encoded(kind, pixels, **options):
