@@ -20,7 +20,6 @@ from keras_vit.layers.resnet_stem import output_stride
 from keras_vit.preprocessing import input_range, resize_pixels
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
     """How raw pixels become model inputs; stored with every export."""
