@@ -105,8 +105,8 @@ def test_every_still_format_reads_as_the_models_channels_and_an_animated_webp_is
         path.write_bytes(_encoded(kind, pixels if kind != "GIF" else np.repeat(pixels, 3, -1), **options))
         png_grey = tf.io.decode_png(path.read_bytes(), channels=1).numpy() if kind == "PNG" else None  # libpng's
         for channels in (3, 1):
-            config = keras_vit.ViTConfig(patch_size=4, image_size=(12, 16), channels=channels, input_mean=(0.5,) * channels,
-                                         input_std=(0.5,) * channels)
+            config = keras_vit.ViTConfig(patch_size=4, image_size=(12, 16), channels=channels,
+                                         input_mean=(0.5,) * channels, input_std=(0.5,) * channels)
             shown, _ = explain.read_image(path, config, crop_fraction=1.0)
             colour = np.repeat(pixels, 3, -1)[0] if kind == "GIF" else pixels[0, ..., :3]
             expected = colour if channels == 3 else png_grey if kind == "PNG" else np.round(
