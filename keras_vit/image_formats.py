@@ -15,6 +15,9 @@ import tensorflow as tf
 NAMES = ("JPEG", "PNG", "GIF", "BMP", "WebP")
 JPEG, PNG, GIF, BMP, WEBP = range(len(NAMES))
 FORMATS = ", ".join(NAMES[:-1]) + " or " + NAMES[-1]
+# Each format's magic bytes, as (bytes, offset) pairs, in NAMES order: a WebP is a RIFF file of form WEBP.
+SIGNATURES = (((b"\xff\xd8\xff", 0),), ((b"\x89PNG\r\n\x1a\n", 0),), ((b"GIF8", 0),), ((b"BM", 0),),
+              ((b"RIFF", 0), (b"WEBP", 8)))
 HEADER_BYTES = 32
 
 
@@ -30,9 +33,7 @@ def starts_with(header, signature, at=0):
 
 def image_format(header):
     """JPEG, PNG, GIF, BMP or WEBP by the magic bytes, -1 for anything else."""
-    checks = [starts_with(header, b"\xff\xd8\xff"), starts_with(header, b"\x89PNG\r\n\x1a\n"),
-              starts_with(header, b"GIF8"), starts_with(header, b"BM"),
-              tf.logical_and(starts_with(header, b"RIFF"), starts_with(header, b"WEBP", 8))]
+    checks = [tf.reduce_all([starts_with(header, magic, at) for magic, at in signature]) for signature in SIGNATURES]
     return tf.reduce_max(tf.where(tf.stack(checks), tf.range(len(NAMES)), -1))
 
 

@@ -208,13 +208,9 @@ def _parse_example(record):
     return features["image/encoded"], features["image/class/label"]
 
 
-def _decode(data, channels):
-    return image_formats.decode(data, channels)
-
-
 def _decoded(encoded, channels):
     """(encoded image, label) examples -> (uint8 image, label), in order."""
-    return encoded.map(lambda data, label: (_decode(data, channels), label), num_parallel_calls=AUTOTUNE,
+    return encoded.map(lambda data, label: (image_formats.decode(data, channels), label), num_parallel_calls=AUTOTUNE,
                        deterministic=True)
 
 
@@ -239,7 +235,7 @@ def _decode_inception_crop(data, seed, channels):
         return tf.image.decode_and_crop_jpeg(data, window, channels=channels)
 
     def other():
-        image = _decode(data, channels)
+        image = image_formats.decode(data, channels)
         return tf.slice(image, *_inception_window(tf.shape(image), seed))
 
     return tf.ensure_shape(tf.cond(tf.io.is_jpeg(data), jpeg, other), [None, None, channels])

@@ -8,10 +8,8 @@ HTML error page saved as .jpg, say) in seconds even for large folders.
 
 import os
 
-# What TF's decoder reads, by magic bytes rather than extension, as the decoder
-# goes by content: a GIF, BMP or WebP saved as .jpg trains as well.
-MAGIC = {b"\xff\xd8\xff": "JPEG", b"\x89PNG\r\n\x1a\n": "PNG", b"GIF8": "GIF", b"BM": "BMP",
-         b"RIFF????WEBP": "WebP"}  # ? : any byte (RIFF's chunk size)
+from keras_vit.image_formats import FORMATS, SIGNATURES
+
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 # A PNG's signature plus its IHDR chunk; the smallest valid JPEG is larger still.
 MIN_BYTES = 33
@@ -38,8 +36,9 @@ def problem(path):
         return f"unreadable ({error.strerror})"
     if size == 0:
         return "empty (0 bytes)"
-    if not any(_starts_with(header, magic) for magic in MAGIC):
-        return f"not a JPEG, PNG, GIF, BMP or WebP image (starts with {header[:4]!r})"
+    # By magic bytes rather than extension, as the decoder goes by content: a GIF, BMP or WebP saved as .jpg trains.
+    if not any(all(header[at: at + len(magic)] == magic for magic, at in signature) for signature in SIGNATURES):
+        return f"not a {FORMATS} image (starts with {header[:4]!r})"
     if size < MIN_BYTES:
         return f"truncated ({size} bytes)"
     return _webp_problem(header) if header.startswith(b"RIFF") else None
@@ -49,10 +48,6 @@ def _webp_problem(header):
     """An animated WebP: TensorFlow's decoder reads none as one image (`keras_vit.image_formats`)."""
     extended_flags = header[20] if header[12:16] == b"VP8X" else 0  # ICC, alpha, EXIF, XMP, animation 0x02
     return "an animated WebP (TensorFlow's decoder reads none as one image)" if extended_flags & 0x02 else None
-
-
-def _starts_with(header, magic):
-    return len(header) >= len(magic) and all(m in (header[i], ord("?")) for i, m in enumerate(magic))
 
 
 def scan(root, split):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_vit import image_formats
 from trainers import data, recipes
 
 RECIPE = recipes.RECIPES["digits"]
@@ -94,7 +95,7 @@ def _photo(height, width, seed):
 
 
 def _decoded_crop(data_bytes, seed):
-    image = data._decode(data_bytes, 3)
+    image = image_formats.decode(data_bytes, 3)
     return tf.slice(image, *data._inception_window(tf.shape(image), seed)).numpy()
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_vit import image_formats
 from trainers import data, recipes, train
 
 TINY = recipes.RECIPES["digits"].replace(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16,
@@ -226,8 +227,8 @@ def test_a_gif_bmp_or_webp_saved_as_jpg_passes_the_scan_as_the_decoder_reads_it(
         path = tmp_path / f"{kind}.jpg"
         path.write_bytes(buffer.getvalue())
         assert image_scan.problem(str(path)) is None, kind
-        assert data._decode(buffer.getvalue(), 3).shape == (12, 10, 3)
-        assert data._decode(buffer.getvalue(), 1).shape == (12, 10, 1), kind  # their decoders have no grey
+        assert image_formats.decode(buffer.getvalue(), 3).shape == (12, 10, 3)
+        assert image_formats.decode(buffer.getvalue(), 1).shape == (12, 10, 1), kind  # their decoders have no grey
     (tmp_path / "page.jpg").write_bytes(b"RIFF\0\0\0\0WAVEfmt ")  # RIFF, but sound
     assert image_scan.problem(str(tmp_path / "page.jpg")).startswith("not a JPEG, PNG, GIF, BMP or WebP")
 
@@ -253,7 +254,7 @@ def test_a_webp_with_alpha_passes_the_scan_and_trains_as_its_colour(tmp_path, lo
     encoded, rgba = _webp(dict(lossless=lossless, quality=100))
     (tmp_path / "image.jpg").write_bytes(encoded)
     assert image_scan.problem(str(tmp_path / "image.jpg")) is None
-    colour, grey = data._decode(encoded, 3).numpy(), data._decode(encoded, 1).numpy()
+    colour, grey = image_formats.decode(encoded, 3).numpy(), image_formats.decode(encoded, 1).numpy()
     assert colour.shape == (12, 10, 3) and grey.shape == (12, 10, 1)
     if lossless:  # the alpha dropped, the colour kept exactly
         np.testing.assert_array_equal(colour, rgba[..., :3])
@@ -269,7 +270,7 @@ def test_an_animated_webp_is_found_by_the_scan_and_refused_by_the_decoder(tmp_pa
     assert image_scan.problem(str(tmp_path / "image.jpg")).startswith("an animated WebP")
     for channels in (3, 1):  # a TFRecord's image meets no scan: an error, not TensorFlow's crash
         with pytest.raises(tf.errors.InvalidArgumentError, match="an animated WebP"):
-            data._decode(encoded, channels)
+            image_formats.decode(encoded, channels)
 
 
 def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):
