@@ -206,13 +206,17 @@ def _input_spec(preprocessing):
 
 def images_to_inputs(images, preprocessing):
     """[N] encoded images -> [N, H, W, C] model inputs, one image decoded at a time."""
+    # One traced decoder for both branches below: the graph holds it once, and it is traced once.
+    one = tf.function(lambda index, data: decode(index, data, preprocessing), autograph=False,
+                      input_signature=[tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.string)])
+
     def each():
         indices = tf.range(tf.shape(images)[0])
-        return tf.map_fn(lambda args: decode(*args, preprocessing), (indices, images),
+        return tf.map_fn(lambda args: one(*args), (indices, images),
                          fn_output_signature=_input_spec(preprocessing), parallel_iterations=1)
 
     # The loop's set-up costs about a fifth of a JPEG's decode: a request of one image, the commonest, skips it.
-    return tf.cond(tf.equal(tf.shape(images)[0], 1), lambda: decode(0, images[0], preprocessing)[None], each)
+    return tf.cond(tf.equal(tf.shape(images)[0], 1), lambda: one(0, images[0])[None], each)
 
 
 def pixels_to_inputs(pixels, preprocessing):

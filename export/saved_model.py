@@ -56,15 +56,15 @@ class ServingFunctions:
         self.preprocessing = preprocessing
         self.labels = labels_table
         self.top_k = top_k
+        # Traced once for every signature that takes encoded images: the graph holds the decoder once.
+        self._images = tf.function(lambda images: prep.images_to_inputs(images, preprocessing), autograph=False,
+                                   input_signature=[tf.TensorSpec([None], tf.string)])
         self.functions = self._classifier() if is_classifier(model) else self._features()
 
     def _run(self, model, inputs):
         if model.name not in self._forwards:
             self._forwards[model.name] = _forward(model, self.jit_compile)
         return _call(self._forwards[model.name], inputs, model.output_shape[1:])
-
-    def _images(self, images):
-        return prep.images_to_inputs(images, self.preprocessing)
 
     def _classify(self, inputs):
         scores = self._run(self.model, inputs)

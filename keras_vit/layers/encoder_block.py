@@ -180,6 +180,13 @@ class EncoderBlock(keras.layers.Layer):
         outputs = gradient_boundary(outputs)
         return (outputs, scores) if return_attention_scores else outputs
 
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
+        # Said here, so that Keras need not trace `call` to learn it: that tracing was half
+        # the time of building a ViT with the functional API.
+        if return_attention_scores:
+            return super().compute_output_spec(inputs, training, return_attention_scores, drop_path_rate)
+        return keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+
     def _rematerialized(self, inputs, drop_path_rate):
         """The training forward under `keras.remat`, which runs it again in the backward pass.
 

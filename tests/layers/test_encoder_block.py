@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -42,6 +43,18 @@ def test_official_numerics_epsilon_and_tanh_gelu():
 def test_returns_attention_weights():
     out, weights = EncoderBlock(num_heads=2, mlp_dim=16)(X, return_attention_scores=True)
     assert out.shape == X.shape and weights.shape == (2, 2, 5, 5)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_the_output_spec_it_states_is_what_it_computes(policy):
+    """The block states its output spec, so that building a model does not trace it: it must be what a call gives."""
+    block = EncoderBlock(num_heads=2, mlp_dim=16, dtype=policy)
+    for dtype in ("float32", "bfloat16"):
+        stated = block(keras.KerasTensor((None, 5, 8), dtype=dtype))
+        computed = block(ops.zeros((3, 5, 8), dtype=dtype))
+        assert stated.shape == (None, 5, 8) and stated.dtype == keras.backend.standardize_dtype(computed.dtype)
+    traced = keras.layers.Layer.compute_output_spec(block, keras.KerasTensor((3, None, 8), dtype=block.compute_dtype))
+    assert traced.shape == block(keras.KerasTensor((3, None, 8))).shape  # Keras' default: trace `call`
 
 
 def test_dropout_and_drop_path_only_in_training():
