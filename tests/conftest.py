@@ -24,7 +24,7 @@ def pytest_configure(config):
 # that no worker is left running one alone at the end. pytest-xdist's `--dist loadfile` hands out whole files
 # in collection order (pytest.ini turns off its own reordering by test count).
 SLOWEST_FIRST = ("trainers/test_train.py", "test_model.py", "export/test_saved_model.py",
-                 "export/test_serving_matrix.py", "test_run.py", "trainers/test_combinations.py")
+                 "trainers/test_combinations.py", "export/test_serving_matrix.py", "test_run.py")
 
 
 def pytest_collection_modifyitems(config, items):
