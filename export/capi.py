@@ -44,6 +44,11 @@ class _Output(ctypes.Structure):
 
 def _library():
     """The C API of the installed tensorflow wheel, with its function types declared."""
+    # OpenSSL first: loaded after TensorFlow's libraries (global symbols, BoringSSL among them), Python's
+    # hashlib and ssl crash the process on import (numpy.random imports them, for one).
+    import hashlib  # noqa: F401
+    import ssl  # noqa: F401
+
     directory = pathlib.Path(importlib.util.find_spec("tensorflow").origin).parent
     libraries = [ctypes.CDLL(str(directory / name), mode=ctypes.RTLD_GLOBAL)
                  for name in ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")]

@@ -330,6 +330,16 @@ def test_an_image_declaring_too_many_pixels_is_refused_from_its_header(model, tm
     assert meta["preprocessing"]["max_image_pixels"] == 600
 
 
+def test_a_process_serving_through_the_c_api_can_still_import_openssl(exported):
+    """TensorFlow's libraries export BoringSSL's symbols; Python's OpenSSL modules loaded after them crashed."""
+    script = ("import sys\nfrom export import capi\ncapi.without_tensorflow_python()\n"
+              "session = capi.SavedModelSession(sys.argv[1])\n"
+              "import hashlib, ssl, numpy.random\nprint(hashlib.sha256(b'vit').hexdigest()[:8])")
+    result = subprocess.run([sys.executable, "-c", script, str(exported)], capture_output=True, text=True,
+                            timeout=300, cwd=ROOT, env=ENV)
+    assert result.returncode == 0 and result.stdout.split() == ["00352181"], (result.returncode, result.stderr[-2000:])
+
+
 def test_a_12000_by_12000_jpeg_is_refused_in_bounded_memory(exported, tmp_path):
     """The server process' peak memory grows by less than the decoded image would take (432 MB)."""
     Image.new("RGB", (12000, 12000), (90, 120, 200)).save(tmp_path / "huge.jpg", quality=30)
