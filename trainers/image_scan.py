@@ -8,7 +8,7 @@ HTML error page saved as .jpg, say) in seconds even for large folders.
 
 import os
 
-from keras_vit.image_formats import FORMATS, SIGNATURES
+from keras_vit.image_formats import FORMATS, SIGNATURES, WEBP
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 # A PNG's signature plus its IHDR chunk; the smallest valid JPEG is larger still.
@@ -37,11 +37,13 @@ def problem(path):
     if size == 0:
         return "empty (0 bytes)"
     # By magic bytes rather than extension, as the decoder goes by content: a GIF, BMP or WebP saved as .jpg trains.
-    if not any(all(header[at: at + len(magic)] == magic for magic, at in signature) for signature in SIGNATURES):
+    kind = next((k for k, signature in enumerate(SIGNATURES)
+                 if all(header[at: at + len(magic)] == magic for magic, at in signature)), None)
+    if kind is None:
         return f"not a {FORMATS} image (starts with {header[:4]!r})"
     if size < MIN_BYTES:
         return f"truncated ({size} bytes)"
-    return _webp_problem(header) if header.startswith(b"RIFF") else None
+    return _webp_problem(header) if kind == WEBP else None
 
 
 def _webp_problem(header):
