@@ -183,7 +183,9 @@ def environment_python(impl, requested, envs_dir):
         # Built under another name and renamed when whole, so a broken install never looks finished.
         staging = folder.with_name(folder.name + ".partial")
         subprocess.run([sys.executable, "-m", "venv", "--clear", staging], check=True)
-        if subprocess.run([staging / "bin" / "python", "-m", "pip", "install", "-q", *INSTALLS[impl]]).returncode:
+        # --no-compile: torch's thousands of modules are byte-compiled when first imported, not all at install.
+        install = [staging / "bin" / "python", "-m", "pip", "install", "-q", "--no-compile", *INSTALLS[impl]]
+        if subprocess.run(install).returncode:
             raise SystemExit(f"could not install {impl} for the benchmark (pip install {' '.join(INSTALLS[impl])} "
                              f"needs PyPI). Make the environment yourself and pass --{impl}_python=PATH.")
         os.replace(staging, folder)
