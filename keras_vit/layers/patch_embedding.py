@@ -81,9 +81,6 @@ class PatchEmbedding(keras.layers.Layer):
         )
 
     def _check_divisible(self, shape):
-        # Sizes unknown until run time (dynamic_image_size under a traced
-        # function) cannot be checked here; the VALID convolution then drops
-        # the remainder, as the official code does.
         for size, patch, axis in zip(shape[1:3], self.patch_size, ("height", "width")):
             if size is not None and size % patch:
                 raise ValueError(
@@ -91,9 +88,29 @@ class PatchEmbedding(keras.layers.Layer):
                     f"received input_shape={tuple(shape)}"
                 )
 
+    def _checked_when_run(self, inputs):
+        """`inputs`, refused when they run if a size unknown while tracing is no multiple of the patch.
+
+        Otherwise the VALID convolution would drop the remainder without a word
+        (dynamic_image_size in a traced TensorFlow function, a SavedModel). The
+        graph asserts, naming the sizes; XLA compiles asserts away, so the
+        inputs also pass a reshape to the sizes rounded down to whole patches,
+        which is the identity when they divide and an error when they do not.
+        """
+        if None not in inputs.shape[1:3] or keras.backend.backend() != "tensorflow":
+            return inputs  # JAX traces every size it runs: `_check_divisible` has seen it
+        import tensorflow as tf
+
+        sizes = tf.shape(inputs)[1:3]
+        whole = sizes // self.patch_size * self.patch_size
+        check = tf.debugging.Assert(tf.reduce_all(tf.equal(sizes, whole)), [
+            f"The image height and width must be divisible by `patch_size`={self.patch_size}; received", sizes])
+        with tf.control_dependencies([check]):
+            return tf.reshape(inputs, tf.concat([tf.shape(inputs)[:1], whole, tf.shape(inputs)[3:]], 0))
+
     def call(self, inputs):
         self._check_divisible(inputs.shape)
-        inputs = ops.cast(inputs, self.compute_dtype)
+        inputs = ops.cast(self._checked_when_run(inputs), self.compute_dtype)
         patches = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
         return patches + self.bias
 

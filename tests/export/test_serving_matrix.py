@@ -49,6 +49,15 @@ def test_each_kind_of_model_is_served_as_keras_computes_it(case, tmp_path):
     randomize_weights(model, scale=0.3)
     path = saved_model.export_saved_model(model, tmp_path, name="vit")
     check_served(model, path, CASES[case].get("image_size", 16))
+    if model.vit_config.dynamic_image_size:  # any size of whole patches; another is refused, not cropped
+        check_served(model, path, 24)
+        session = capi.SavedModelSession(path)
+        try:
+            with pytest.raises(capi.TFError, match=r"divisible by `patch_size`=\(8, 8\); received\] \[20 20\]") as error:
+                session.run("predict_float", inputs=np.zeros((1, 20, 20, 3), np.float32))
+            assert error.value.code == 3  # INVALID_ARGUMENT, what TF Serving returns to the client
+        finally:
+            session.close()
 
 
 @pytest.mark.slow

@@ -47,6 +47,21 @@ def test_bad_input_names_expected_and_received(shape, message):
     assert str(shape) in str(error.value)
 
 
+def test_sizes_known_only_when_run_are_refused_unless_they_divide():
+    """dynamic_image_size in a traced function: the convolution alone would drop the remainder silently."""
+    import tensorflow as tf
+
+    layer = PatchEmbedding(patch_size=4, hidden_size=8)
+    good, bad = (np.random.default_rng(0).uniform(-1, 1, (2, h, w, 3)).astype("float32") for h, w in ((8, 12), (8, 14)))
+    for jit_compile in (False, True):
+        traced = tf.function(layer, jit_compile=jit_compile, input_signature=[tf.TensorSpec((None, None, None, 3))])
+        np.testing.assert_allclose(traced(good), layer(good), atol=1e-6)
+        # The graph names the sizes; XLA compiles the assertion away, and the sizes then fail a reshape.
+        message = r"divisible by `patch_size`=\(4, 4\); received\] \[8 14\]" if not jit_compile else "reshape"
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            traced(bad)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="received patch_size=0"):
         PatchEmbedding(patch_size=0)
