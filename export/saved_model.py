@@ -42,6 +42,7 @@ from export.labels import check_labels, is_classifier
 from keras_vit.model import head_input, outputs_probabilities
 
 METADATA = "keras_vit_export.json"
+METADATA_KEYS = ("preprocessing", "signatures", "classes", "top_k", "labels", "jit_compile")  # the export's own
 DEFAULT_TOP_K = 5
 WARMUP = serving_check.WARMUP
 
@@ -59,7 +60,9 @@ class ServingFunctions:
         # Traced once for every signature that takes encoded images: the graph holds the decoder once.
         self._images = tf.function(lambda images: prep.images_to_inputs(images, preprocessing), autograph=False,
                                    input_signature=[tf.TensorSpec([None], tf.string)])
-        self.functions = self._classifier() if is_classifier(model) else self._features()
+        classifier = is_classifier(model)
+        self.outputs_probabilities = classifier and outputs_probabilities(model)  # refused here: before any work
+        self.functions = self._classifier() if classifier else self._features()
 
     def _run(self, model, inputs):
         if model.name not in self._forwards:
@@ -68,7 +71,7 @@ class ServingFunctions:
 
     def _classify(self, inputs):
         scores = self._run(self.model, inputs)
-        probabilities = scores if outputs_probabilities(self.model) else tf.nn.softmax(scores)
+        probabilities = scores if self.outputs_probabilities else tf.nn.softmax(scores)
         top = tf.math.top_k(probabilities, k=self.top_k)
         outputs = {"probabilities": probabilities, "top_k_classes": top.indices, "top_k_scores": top.values}
         if self.labels is not None:
@@ -190,10 +193,14 @@ def sample_images(preprocessing, count=2):
     return [encoders[i % 2](image).numpy() for i in range(count)]
 
 
-def _check_arguments(model, labels, top_k):
+def _check_arguments(model, labels, top_k, metadata):
     """Refuses what the export could not serve honestly; returns (labels, top_k) (top_k None: 5, or fewer classes)."""
     labels = None if labels is None else check_labels(labels, model)
+    clashes = sorted(set(metadata or {}) & set(METADATA_KEYS))
+    if clashes:
+        raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
     if is_classifier(model):
+        outputs_probabilities(model)  # a head that is neither softmax nor logits is refused here
         classes = model.output_shape[-1]
         if top_k is None:
             return labels, min(DEFAULT_TOP_K, classes)
@@ -249,7 +256,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     model_base = pathlib.Path(base_dir) / name
     version = next_version(model_base) if version is None else version
     preprocessing = prep.Preprocessing.for_model(model, crop_fraction, max_image_pixels)
-    labels, top_k = _check_arguments(model, labels, top_k)
+    labels, top_k = _check_arguments(model, labels, top_k, metadata)
     created = [folder for folder in (model_base, *model_base.parents) if not folder.exists()]  # deepest first
     final = _check_output(model_base, version, overwrite)
     staging = model_base / f".tmp-{version}-{os.getpid()}"
@@ -268,7 +275,8 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
                 "signatures": {name: fn.expected_shape for name, fn in functions.functions.items()},
                 "classes": model.output_shape[-1] if is_classifier(model) else None,
                 "top_k": top_k if is_classifier(model) else None, "labels": labels is not None,
-                "jit_compile": jit_compile, **(metadata or {})}
+                "jit_compile": jit_compile}
+        info.update(metadata or {})
         (extra / METADATA).write_text(json.dumps(info, indent=2))
         serving_check.check(staging, functions.functions, requests, xla=jit_compile)
         _publish(staging, final, overwrite)

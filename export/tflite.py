@@ -98,6 +98,13 @@ def _check_images(images, model, name):
             f"`{name}` must be float pixels of shape (n >= 1, {', '.join(map(str, expected))}); "
             f"received shape {images.shape}"
         )
+    # Pixels not yet scaled would be checked on inputs the model never sees (and calibrate int8 to them).
+    low, high = Preprocessing.for_model(model).input_range
+    if not (np.isfinite(images).all() and images.min() >= low - 1e-3 and images.max() <= high + 1e-3):
+        raise ValueError(
+            f"`{name}` must be the model's inputs, in [{low:.3g}, {high:.3g}] (pixels scaled by "
+            f"keras_vit.preprocess_input); received values in [{images.min():.3g}, {images.max():.3g}]"
+        )
     return images
 
 
@@ -480,6 +487,7 @@ def _check_export_arguments(model, output_dir, quantize, verify_images, labels):
         raise ValueError("The model has no classification head (include_top=False): a TFLite export is checked by "
                          "its class predictions against Keras', and features have none. Export the features as a "
                          "SavedModel (its `features` signature is checked against Keras to 1e-5)")
+    outputs_probabilities(model)  # a head that is neither softmax nor logits is refused here, before any work
     verify_images = _check_images(verify_images, model, "verify_images")
     if labels is not None:
         labels = check_labels(labels, model)

@@ -329,11 +329,21 @@ def outputs_probabilities(model):
     A softmax activation of the last layer or a `Softmax` layer counts; a
     distilled DeiT's `.keras` file written before its activation followed the
     average ends in the average of its two heads, whose activation says.
+    Any other activation (a sigmoid) is refused: its outputs are neither, and
+    read as logits they would be turned into wrong probabilities.
     """
     last = model.layers[-1]
     if last.name == "distilled_average":
         last = model.get_layer("head")
-    return isinstance(last, keras.layers.Softmax) or getattr(last, "activation", None) is keras.activations.softmax
+    activation = getattr(last, "activation", None)
+    if isinstance(last, keras.layers.Softmax) or activation is keras.activations.softmax:
+        return True
+    if activation in (None, keras.activations.linear):
+        return False
+    raise ValueError(
+        "A classifier must end in a softmax or return logits (classifier_activation='softmax' or None); "
+        f"received the activation {getattr(activation, '__name__', activation)!r} of layer {last.name!r}"
+    )
 
 
 def from_checkpoint(path, *, include_top=None, classifier_activation="softmax", name=None, **overrides):

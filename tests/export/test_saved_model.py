@@ -393,10 +393,20 @@ def test_a_headless_model_exports_features_only(tmp_path):
     (dict(crop_fraction=0.0), r"crop_fraction must be in \(0, 1\]; received 0.0"),
     (dict(max_image_pixels=0), r"max_image_pixels must be an integer >= 1; received 0"),
     (dict(version=0), r"version must be a positive integer .*; received 0"),
+    (dict(metadata={"source": "x", "classes": 10}), r"must not set the keys the export writes; received keys \['classes'\]"),
 ])
 def test_what_cannot_be_served_is_refused_before_anything_is_written(model, tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         saved_model.export_saved_model(model, tmp_path / "base", **kwargs)
+    assert not (tmp_path / "base").exists()
+
+
+def test_a_head_neither_softmax_nor_logits_is_refused_before_anything_is_written(tmp_path):
+    # A sigmoid's outputs, softmaxed as if they were logits, would be served as wrong probabilities.
+    sigmoid = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=16,
+                            classes=3, classifier_activation="sigmoid")
+    with pytest.raises(ValueError, match="softmax or return logits.*received the activation 'sigmoid' of layer 'head'"):
+        saved_model.export_saved_model(sigmoid, tmp_path / "base")
     assert not (tmp_path / "base").exists()
 
 
@@ -458,6 +468,7 @@ def test_warmup_records_cover_every_signature_and_read_as_tensorflow_reads_them(
 
 def test_metadata_and_inspect(exported):
     meta = json.loads((exported / "assets.extra" / saved_model.METADATA).read_text())
+    assert tuple(meta) == saved_model.METADATA_KEYS  # what `metadata` may not replace
     assert meta["preprocessing"]["image_size"] == [16, 16] and meta["preprocessing"]["input_range"] == [-1.0, 1.0]
     text = saved_model.inspect(exported)
     assert "signature serving_default: inputs {'images': 'string(any shape)'}" in text and '"classes": 3' in text

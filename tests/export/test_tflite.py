@@ -187,6 +187,15 @@ def test_bad_arguments_are_refused(trained, tmp_path):
     dynamic = keras_vit.ViT(**TINY, classes=CLASSES, dynamic_image_size=True)
     with pytest.raises(ValueError, match=r"received input_shape=\(None, None, None, 3\)"):
         tflite.convert(dynamic)
+    # Outputs neither probabilities nor logits: softmaxed as logits, they would be checked and labelled wrongly.
+    sigmoid = keras_vit.ViT(**TINY, classes=CLASSES, classifier_activation="sigmoid")
+    with pytest.raises(ValueError, match="softmax or return logits.*received the activation 'sigmoid' of layer 'head'"):
+        tflite.export_tflite(sigmoid, tmp_path / "out", verify_images=held_out)
+    # Pixels not scaled: the check would run on inputs the model never sees, and int8 calibrate to them.
+    with pytest.raises(ValueError, match=r"`verify_images` must be .* in \[-1, 1\].*received values in \[0, 255\]"):
+        tflite.export_tflite(model, tmp_path / "out", verify_images=np.round((held_out + 1) * 127.5))
+    with pytest.raises(ValueError, match=r"`representative_images` must be .* in \[-1, 1\]"):
+        tflite.convert(model, "int8", representative_images=held_out * 2)
     assert os.listdir(tmp_path) == []
 
 
