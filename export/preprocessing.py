@@ -5,7 +5,9 @@ from its header before it is decoded, so a bad element is an InvalidArgument
 that names its index and what is wrong, and a decompression bomb (a small
 file declaring a huge image) is refused before any pixel is allocated.
 Elements are decoded one at a time, so a request's memory is bounded by one
-image of `max_image_pixels` plus the batch at the model's resolution.
+image of `max_image_pixels` plus the batch at the model's resolution; with a
+centre crop, the image resized before the crop is held to `max_image_pixels`
+too.
 """
 
 import dataclasses
@@ -17,7 +19,7 @@ from export.choices import DEFAULT_MAX_IMAGE_PIXELS
 from keras_vit import image_formats
 from keras_vit.image_formats import FORMATS, starts_with
 from keras_vit.layers.resnet_stem import output_stride
-from keras_vit.preprocessing import input_range, resize_pixels
+from keras_vit.preprocessing import input_range, resize_pixels, size_before_crop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +184,14 @@ def decode(index, data, preprocessing):
 def to_inputs(pixels, preprocessing):
     """One [h, w, C] image in 0-255 -> model size, centre-cropped, scaled to the model's range."""
     p = preprocessing
+    if p.crop_fraction < 1.0:  # resized before the crop, a thin strip would grow by its length: bounded too
+        before_crop = size_before_crop(tf.shape(pixels)[:2], p.image_size, p.crop_fraction)
+        bounded = tf.debugging.Assert(tf.reduce_prod(before_crop) <= p.max_image_pixels, [
+            "an image of (height, width)", tf.shape(pixels)[:2], "would be resized to", before_crop,
+            f"before its centre crop (crop_fraction {p.crop_fraction}): more pixels than this model accepts,",
+            p.max_image_pixels, "(max_image_pixels)"])
+        with tf.control_dependencies([bounded]):
+            pixels = tf.identity(pixels)
     resized = resize_pixels(pixels, p.image_size, p.crop_fraction, p.interpolation)  # as the trainer evaluates
     return _scale(resized, p)
 

@@ -83,11 +83,22 @@ def resize_and_center_crop(image, size, crop_fraction=1.0, interpolation="biline
 
     height, width = size
     if crop_fraction < 1.0:
-        shape = tf.cast(tf.shape(image)[:2], tf.float32)
-        scale = max(height, width) / crop_fraction / tf.reduce_min(shape)
-        image = tf.image.resize(image, tf.cast(tf.round(shape * scale), tf.int32), method=interpolation)
+        resized = tf.cast(size_before_crop(tf.shape(image)[:2], size, crop_fraction), tf.int32)
+        image = tf.image.resize(image, resized, method=interpolation)
         return tf.image.resize_with_crop_or_pad(image, height, width)
     return tf.image.resize(image, (height, width), method=interpolation)
+
+
+def size_before_crop(shape, size, crop_fraction):
+    """float32 `(height, width)` that `resize_and_center_crop` resizes an image of `shape` to before cropping.
+
+    Its short side becomes `max(size) / crop_fraction`: a thin strip grows
+    along its length by the same factor.
+    """
+    import tensorflow as tf
+
+    shape = tf.cast(shape, tf.float32)
+    return tf.round(shape * (max(size) / crop_fraction / tf.reduce_min(shape)))
 
 
 def resize_pixels(image, size, crop_fraction=1.0, interpolation="bilinear"):

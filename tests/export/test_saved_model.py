@@ -86,10 +86,18 @@ def test_a_request_is_what_the_trainer_evaluates(model, tmp_path):
 
     from trainers import data
 
-    path = saved_model.export_saved_model(model, tmp_path, name="cropped", crop_fraction=0.875)
+    path = saved_model.export_saved_model(model, tmp_path, name="cropped", crop_fraction=0.875, max_image_pixels=2000)
     session = capi.SavedModelSession(path)
     try:
         served = session.run("serving_default", images=strings(*encoded_images()))["probabilities"]
+        # A 1 x 100 strip is 100 pixels, but 18 x 1829 once its short side is scaled for the crop: refused.
+        strip = photo(1, 100)
+        message = r"\[1 100\] \[would be resized to\] \[18 1829\] \[before its centre crop.*\[2000\] \[\(max_image"
+        for signature, inputs in (("serving_default", dict(images=strings(encode(strip, "PNG")))),
+                                  ("predict_pixels", dict(pixels=strip[None]))):
+            with pytest.raises(capi.TFError, match=message) as error:
+                session.run(signature, **inputs)
+            assert error.value.code == 3
     finally:
         session.close()
     recipe = types.SimpleNamespace(model=model.vit_config, eval_crop_fraction=0.875)
