@@ -46,8 +46,10 @@ from keras import ops
 from export.choices import QUANTIZATIONS
 from export.labels import check_labels, is_classifier
 from export.preprocessing import Preprocessing
-from keras_vit.model import outputs_probabilities
+from keras_vit.layers.scanned_encoder import ScannedEncoder
 from keras_vit.layers.utils import check_choice
+from keras_vit.model import outputs_probabilities
+
 
 # Stated bounds, checked on the tests' trained ViT (tests/export/test_tflite.py).
 TOLERANCES = {
@@ -166,7 +168,9 @@ def _converter(model, shape):
 def _litert_layer_norms(model):
     """Within the block, `model`'s LayerNormalizations are traced as `_layer_norm`, which LiteRT runs faster."""
     # Others (another axis, RMS scaling, no gamma or beta) keep Keras' formulation: right, only slower.
-    norms = [layer for layer in model._flatten_layers() if isinstance(layer, keras.layers.LayerNormalization)
+    layers = [inner for layer in model._flatten_layers()  # a scanned encoder's block is no tracked sublayer
+              for inner in (layer.template_block()._flatten_layers() if isinstance(layer, ScannedEncoder) else [layer])]
+    norms = [layer for layer in layers if isinstance(layer, keras.layers.LayerNormalization)
              and list(np.atleast_1d(layer.axis)) == [-1] and not layer.rms_scaling and layer.center and layer.scale]
     for layer in norms:
         # An instance attribute: Keras' `__call__` looks `call` up on the layer, so only these layers change.
@@ -254,13 +258,27 @@ def _quantize_int8(converter):
 
 def non_builtin_ops(tflite_bytes):
     """Names of the ops that are not LiteRT builtins (Flex or other custom ops), sorted; empty if none."""
-    from tensorflow.lite.python.schema_py_generated import BuiltinOperator
+    return sorted({name for name, custom, _ in _operators(tflite_bytes) if custom})
 
-    builtins = {name for name in vars(BuiltinOperator) if name.isupper()}
-    # Not allocated: allocation fails on the very ops this names.
-    interpreter = make_interpreter(tflite_bytes, delegates=False, allocate=False)
-    # `_get_ops_details` names custom ops by their custom code (e.g. FlexErf); no public equivalent.
-    return sorted({op["op_name"] for op in interpreter._get_ops_details()} - builtins)
+
+def _operators(tflite_bytes):
+    """`(name, custom?, float32 output?)` of every op in every subgraph (a scanned model's loop body too).
+
+    Read from the flatbuffer: the interpreter lists only the first subgraph.
+    A builtin is named as in LiteRT (`"FULLY_CONNECTED"`), a custom op by its
+    code (`"FlexErf"`).
+    """
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(tflite_bytes), 0)
+    names = {code: name for name, code in vars(schema.BuiltinOperator).items() if name.isupper()}
+    for subgraph in model.subgraphs:
+        for op in subgraph.operators:
+            code = model.operatorCodes[op.opcodeIndex]
+            builtin = max(code.builtinCode, code.deprecatedBuiltinCode)  # the schema's rule for old files
+            custom = builtin == schema.BuiltinOperator.CUSTOM
+            outputs = [subgraph.tensors[index].type for index in op.outputs if index >= 0]
+            yield code.customCode.decode() if custom else names[builtin], custom, schema.TensorType.FLOAT32 in outputs
 
 
 def make_interpreter(tflite_bytes, num_threads=None, delegates=True, allocate=True):
@@ -342,16 +360,10 @@ def float_ops(tflite_bytes):
     Returns:
         dict from op name (e.g. `"NEG"`) to count.
     """
-    # Without XNNPACK, which would replace the ops it takes with one DELEGATE node.
-    interpreter = make_interpreter(tflite_bytes, delegates=False)
-    dtypes = {tensor["index"]: tensor["dtype"] for tensor in interpreter.get_tensor_details()}
     counts = {}
-    # `_get_ops_details` is the interpreter's only per-op listing; no public equivalent.
-    for op in interpreter._get_ops_details():
-        if op["op_name"] in ("QUANTIZE", "DEQUANTIZE"):
-            continue
-        if any(dtypes[index] == np.float32 for index in op["outputs"] if index >= 0):
-            counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
+    for name, _, computes_in_float in _operators(tflite_bytes):
+        if computes_in_float and name not in ("QUANTIZE", "DEQUANTIZE"):
+            counts[name] = counts.get(name, 0) + 1
     return dict(sorted(counts.items()))
 
 

@@ -122,6 +122,13 @@ class ScannedEncoder(keras.layers.Layer):
             for v, initializer in zip(block.trainable_variables, initializers)
         ]
 
+    def template_block(self):
+        """The `EncoderBlock` each step calls with one block's weights.
+
+        A method, not an attribute: Keras would track, save and load an attribute's layer.
+        """
+        return self._run_block.__self__
+
     def call(self, inputs, training=None):
         seed = self.seed_generator.next() if training and self.seed_generator else None
 

@@ -102,7 +102,7 @@ def test_the_template_block_holds_no_memory_and_is_not_saved(tmp_path):
     model.compile(optimizer="adam", loss="mse", jit_compile=True)
     dataset = tf.data.Dataset.from_tensor_slices((X, X)).batch(2, drop_remainder=True)
     model.fit(dataset, epochs=1, verbose=0, shuffle=False)  # a dataset is ordered already
-    template = scanned._run_block.__self__
+    template = scanned.template_block()
     # Keras internals the layer relies on: variables made in a stateless scope stay unallocated.
     assert template.weights and all(v._value is None for v in template.weights)
     assert len(model.weights) == len(template.weights)
