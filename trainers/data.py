@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import math
 import os
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -289,7 +290,14 @@ def _split(ds, count, global_batch, input_context):
 
 
 def train_dataset(recipe, source, global_batch, start_step, num_steps, input_context=None):
-    """Steps `[start_step, start_step + num_steps)` of the training stream, in per-replica batches."""
+    """Steps `[start_step, start_step + num_steps)` of the training stream, in per-replica batches.
+
+    Sets TensorFlow's global seed, which pairs with every op's seed: the recipe's for the epochs'
+    shuffles, then one of the recipe's seed and `start_step` for the augmentations that draw with
+    stateful ops (Model Garden's RandAugment, random erasing and Mixup/CutMix). Under one global seed,
+    each chunk of a run replayed the first chunk's draws.
+    """
+    tf.random.set_seed(recipe.seed)
     # Encoded, where the crop lets JPEGs decode only their window: less decoding and a shuffle buffer of bytes.
     encoded_channels = source.channels if recipe.train_crop == "inception" and source.encoded is not None else None
     examples = source.encoded if encoded_channels else source.dataset
@@ -302,6 +310,7 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps, input_con
               for e in range(start // count, -(-stop // count))]
     stream = functools.reduce(tf.data.Dataset.concatenate, epochs).skip(start % count)
     stream = stream.enumerate(start=start)
+    tf.random.set_seed(zlib.crc32(f"{recipe.seed}/{start_step}".encode()))  # before the maps below are traced
     num_classes = source.num_classes
 
     def prepare(index, example):

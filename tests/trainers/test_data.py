@@ -171,3 +171,27 @@ def test_the_deit_augmentations_from_model_garden_run(digits):
     assert tuple(images.shape) == (8, 16, 16, 3) and tuple(labels.shape) == (8, 10)
     np.testing.assert_allclose(labels.numpy().sum(1), 1.0, atol=1e-5)
     assert labels.numpy().max() < 1.0  # smoothed and mixed, never one-hot
+
+
+def test_each_chunk_draws_its_own_mixup_and_randaugment(digits):
+    """Model Garden's augmentations draw with stateful ops: each chunk of a run must not replay the first's draws."""
+    source = data.load("keras_vit_digits", "train", str(digits))
+    rgb = data.Source(source.dataset.map(lambda x, y: (tf.image.grayscale_to_rgb(x), y)),
+                      source.num_examples, source.num_classes, 3)
+    recipe = RECIPE.replace(mixup_alpha=0.8, label_smoothing=0.0, random_shift=0, flip=False, shuffle_buffer=1)
+    tf.random.set_seed(0)  # as the trainer does once, before its first chunk
+
+    def weights(start):  # each example's own-label weight: Mixup's lambda (or 1: a partner of the same label)
+        return np.stack([y.max(1) for _, y in _batches(rgb, start, 3, recipe)])
+
+    first, second = weights(0), weights(3)
+    mixed = (first < 1) & (second < 1)
+    assert mixed.sum() > 20 and np.isclose(first, second)[mixed].mean() < 0.2
+    # RandAugment on one image repeated: its draws alone make the copies differ, and differ between chunks.
+    repeated = data.Source(tf.data.Dataset.from_tensors(next(iter(rgb.dataset))).repeat(64), 64, 10, 3)
+    augmented = RECIPE.replace(image_size=8, randaugment_layers=2, randaugment_magnitude=9, random_shift=0,
+                               flip=False, shuffle_buffer=1)
+    chunks = [_batches(repeated, start, 1, augmented)[0][0] for start in (0, 2)]
+    same = [any(np.array_equal(image, other) for other in chunks[0]) for image in chunks[1]]
+    assert np.mean(same) < 0.5
+
