@@ -11,6 +11,8 @@ import math
 import keras
 from keras import ops
 
+DECAYS = ("cosine", "linear", "constant")  # after the warm-up
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -27,6 +29,8 @@ class WarmupSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.peak = float(peak)
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
+        if decay not in DECAYS:  # any other name would run as a constant learning rate
+            raise ValueError(f"`decay` must be one of {DECAYS}; received decay={decay!r}")
         self.decay = decay
 
     def __call__(self, step):

@@ -15,6 +15,7 @@ import os
 from keras_vit import config as vit_config
 from keras_vit.config import ViTConfig
 from keras_vit.variants import decode_variant, variant_fields, variant_name
+from trainers.optimization import DECAYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,9 +169,12 @@ RECIPES = {
         description=(
             "The paper's ImageNet-21k pre-training of ViT-B/16 (Dosovitskiy et al. 2021, Sec. 4.1 "
             "and Table 3): Adam 0.9/0.999, batch 4096, lr 1e-3, 10k warm-up steps, linear decay, "
-            "weight decay 0.03, dropout 0.1, 90 epochs (~300k steps), 224 px, pre-logits. "
-            "Expected: the released imagenet21k/ViT-B_16.npz quality (84.2% top-1 after the "
-            "fine-tune recipe). On a TPU pod: `--strategy=tpu --tpu=NAME`."
+            "weight decay 0.03, dropout 0.1, 90 epochs of ImageNet-21k (~300k steps), 224 px, "
+            "pre-logits. ImageNet-21k is not in TFDS: pass it with --dataset=folder:PATH or "
+            "tfrecord:GLOB (and --num_classes); the default, tfds:imagenet2012, makes these steps ~960 "
+            "epochs of ImageNet-1k, not the paper's run. Expected with ImageNet-21k: the released "
+            "imagenet21k/ViT-B_16.npz quality (84.2% top-1 after the fine-tune recipe). On a TPU "
+            "pod: `--strategy=tpu --tpu=NAME`."
         ),
         model=decode_variant("B/16").replace(representation_size=768, dropout_rate=0.1),
         dataset="tfds:imagenet2012", num_classes=0, train_split="train", eval_split="validation",
@@ -231,7 +235,7 @@ RECIPES = {
 CHOICES = {
     "train_crop": ("inception", "resize"),
     "optimizer": ("adam", "adamw", "sgd"),
-    "schedule": ("cosine", "linear", "constant"),
+    "schedule": DECAYS,
     "mixed_precision": ("auto", "bfloat16", "float32"),
     "jit_compile": ("auto", "true", "false"),
     "task": ("classification", "mpp"),

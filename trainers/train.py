@@ -254,6 +254,9 @@ def _load_sources(recipe, data_dir, skip_bad_images):
         raise ValueError(f"Model Garden's RandAugment, random erasing and Mixup/CutMix take RGB images; "
                          f"{recipe.dataset!r} has {train_source.channels} channel(s). Set these to 0: "
                          + ", ".join(f"--{name}={value}" for name, value in rgb_only.items()))
+    if not eval_source.num_examples:  # else the run would train to its end, then fail to evaluate
+        raise ValueError(f"The evaluation split {recipe.eval_split!r} of {recipe.dataset!r} holds no examples; "
+                         "point --eval_split at one that does")
     if train_source.num_examples < recipe.batch_size:
         raise ValueError(f"`batch_size` must be <= the {train_source.num_examples} training examples of "
                          f"{recipe.dataset!r} split {recipe.train_split!r}; received batch_size={recipe.batch_size}")

@@ -320,6 +320,14 @@ def test_a_folder_or_tfrecord_split_read_twice_is_refused(tmp_path, model_dir):
     assert evaluation.num_examples == 4
 
 
+def test_an_empty_evaluation_split_is_refused_before_the_run(tmp_path, model_dir):
+    # Else the run trained to its end, then failed to evaluate and wrote no model.
+    _write_tfrecord(tmp_path / "train-0.tfrecord", [0, 1, 2, 2])
+    _write_tfrecord(tmp_path / "test-0.tfrecord", [])
+    recipe = TINY.replace(dataset=f"tfrecord:{tmp_path}/{{split}}-*.tfrecord", num_classes=3, batch_size=2)
+    refused(recipe, model_dir, None, r"The evaluation split 'test' of 'tfrecord:.*' holds no examples")
+
+
 def test_a_tfrecord_glob_without_its_split_is_refused(model_dir, data_dir):
     # Without `{split}` the evaluation would read the training files.
     refused(TINY.replace(dataset="tfrecord:/data/*.tfrecord", num_classes=10), model_dir, data_dir,
