@@ -95,6 +95,7 @@ def check_flags():
 flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
 flags.register_validator("top_k", lambda v: v is None or v >= 1, "--top_k must be at least 1")
 flags.register_validator("version", lambda v: v is None or v >= 1, "--version must be a positive integer")
+flags.register_validator("image_size", lambda v: v is None or v >= 1, "--image_size must be a positive integer")
 
 
 def main(argv):
@@ -113,7 +114,7 @@ def main(argv):
     from export import loading, tflite
 
     try:
-        sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value else {}
+        sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value is not None else {}
         model = loading.load_model(_MODEL.value, **sized)
         if _FORMAT.value == "saved_model":
             _saved_model(model, labels)
@@ -140,11 +141,14 @@ def _saved_model(model, labels):
 def _tflite(model, labels, image_files):
     from export import preprocessing, tflite
 
-    steps = preprocessing.Preprocessing.for_model(model, _CROP.value)
-    images = preprocessing.read_images(image_files, steps)  # decoded as a request's images are
+    # Decoded as a request's images are, but without a request's bound on their size: the user's own files.
+    steps = preprocessing.Preprocessing.for_model(model, _CROP.value, max_image_pixels=2**31 - 1)
+    images = preprocessing.read_images(image_files, steps)
+    fields = dataclasses.asdict(steps)
+    del fields["max_image_pixels"]  # a TFLite model takes no encoded images
     result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=images,
                                   verify_images=images, labels=labels, force=_FORCE.value,
-                                  metadata={"source": _MODEL.value, **dataclasses.asdict(steps)})
+                                  metadata={"source": _MODEL.value, **fields})
     tflite.print_table([{"quantize": _QUANTIZE.value, **result}])
 
 

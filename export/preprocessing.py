@@ -236,7 +236,16 @@ def pixels_to_inputs(pixels, preprocessing):
 
 
 def read_images(paths, preprocessing):
-    """Image files -> model inputs (numpy), through the same checks and decoding as a request."""
-    data = tf.constant([tf.io.read_file(str(path)).numpy() for path in paths])
-    return images_to_inputs(data, preprocessing).numpy()
+    """Image files -> model inputs (numpy), through the same checks and decoding as a request.
+
+    Raises ValueError naming the first file those refuse, and why.
+    """
+    inputs = []
+    for path in paths:
+        try:
+            inputs.append(images_to_inputs(tf.io.read_file(str(path))[None], preprocessing).numpy())
+        except tf.errors.InvalidArgumentError as error:
+            reason = error.message.split("\n")[0].replace("assertion failed: ", "")
+            raise ValueError(f"The image file {path} cannot be read as a request would be: {reason}") from None
+    return np.concatenate(inputs)
 

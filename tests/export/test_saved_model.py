@@ -16,6 +16,7 @@ from PIL import Image
 
 import keras_vit
 from export import capi, loading, saved_model, serving_check
+from export import preprocessing as prep
 from tests.layer_checks import randomize_weights
 from tests.processes import run_together
 
@@ -498,12 +499,30 @@ def test_command_line_export_inspect_and_refusals(model, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "signature serving_default" in result.stdout and (tmp_path / "serving" / "vit" / "1").is_dir()
     # The exporter's refusals reach the command line as usage errors (each is tested in-process above).
-    top_k, tflite = run_together([[*base, "--top_k=7"], [*base, "--format=tflite", "--images=*.png", "--jit_compile"]],
-                                 timeout=300, cwd=ROOT, env=ENV)
+    top_k, tflite, size = run_together([[*base, "--top_k=7"], [*base, "--format=tflite", "--images=*.png",
+                                                                "--jit_compile"], [*base, "--image_size=0"]],
+                                       timeout=300, cwd=ROOT, env=ENV)
+    assert size.returncode != 0 and "--image_size must be a positive integer" in size.stderr  # was ignored
     assert top_k.returncode != 0, top_k.stderr[-1000:]
     assert "top_k must be an integer from 1 to the 3 classes; received 7" in top_k.stderr
     assert tflite.returncode != 0 and "--jit_compile apply to --format=saved_model only" in tflite.stderr
     assert sorted(p.name for p in (tmp_path / "serving" / "vit").iterdir()) == ["1"]
+
+
+def test_image_files_are_read_as_requests_and_a_refused_one_is_named(model, tmp_path):
+    """What a TFLite export verifies and calibrates on (`--images`): each file named if it cannot be read."""
+    files = [tmp_path / "photo.png", tmp_path / "notes.png"]
+    files[0].write_bytes(encode(photo(30, 40), "PNG"))
+    files[1].write_text("not an image")
+    bounded = prep.Preprocessing.for_model(model, max_image_pixels=1000)
+    with pytest.raises(ValueError, match=r"image file .*photo.png cannot be read.*declares.*1200.*pixels"):
+        prep.read_images(files[:1], bounded)
+    unbounded = prep.Preprocessing.for_model(model, max_image_pixels=2**31 - 1)  # the command line's, for its files
+    inputs = prep.read_images(files[:1] * 2, unbounded)
+    np.testing.assert_allclose(inputs[0], model_inputs(decoded([files[0].read_bytes()])[0]), atol=1e-6)
+    assert inputs.shape == (2, 16, 16, 3)
+    with pytest.raises(ValueError, match=r"image file .*notes.png cannot be read.*not a JPEG, PNG"):
+        prep.read_images(files, unbounded)
 
 
 def test_saved_model_cli_runs_the_export(exported, tmp_path):
