@@ -20,7 +20,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit import positions
-from keras_vit.layers.utils import check_choice, to_pair
+from keras_vit.layers.utils import check_choice, check_count, to_pair
 from keras_vit.positions.relative_2d import relative_2d_index  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
 
@@ -107,9 +107,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if int(num_heads) < 1:
-            raise ValueError(f"`num_heads` must be a positive int; received num_heads={num_heads}")
-        self.num_heads = int(num_heads)
+        self.num_heads = check_count(num_heads, "num_heads", minimum=1)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.relative_position = check_choice(
             relative_position, RELATIVE_POSITIONS, "relative_position"
@@ -121,7 +119,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.grid_size = None if grid_size is None else to_pair(grid_size, "grid_size")
         # The relative kind's tables, logits and resize (keras_vit.positions); "none" without.
         self.position = positions.get(relative_position or "none")
-        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.num_prefix_tokens = check_count(num_prefix_tokens, "num_prefix_tokens")
         self.interpolation = check_choice(interpolation, INTERPOLATIONS, "interpolation")
         self.dropout = keras.layers.Dropout(
             self.attention_dropout_rate, dtype=self.dtype_policy, name="dropout"

@@ -9,7 +9,7 @@ feature extraction as `keras.applications` does.
 import keras
 from keras import ops
 
-from keras_vit.layers.utils import check_choice
+from keras_vit.layers.utils import check_choice, check_count
 
 MODES = ("token", "distillation", "gap", "max")
 
@@ -33,11 +33,13 @@ class SequencePooling(keras.layers.Layer):
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
         self.mode = check_choice(mode, MODES, "mode")
-        self.num_prefix_tokens = int(num_prefix_tokens)
-        if self.mode == "token" and not self.num_prefix_tokens:
+        self.num_prefix_tokens = check_count(num_prefix_tokens, "num_prefix_tokens")
+        # The token a mode pools must be a prefix token: a patch's would be pooled without a word.
+        needed = {"token": 1, "distillation": 2}.get(self.mode, 0)
+        if self.num_prefix_tokens < needed:
             raise ValueError(
-                "mode='token' pools the class token and needs num_prefix_tokens >= 1; "
-                "received num_prefix_tokens=0"
+                f"mode={self.mode!r} pools prefix token {needed - 1} and needs num_prefix_tokens >= {needed}; "
+                f"received num_prefix_tokens={self.num_prefix_tokens}"
             )
 
     def call(self, inputs):

@@ -19,7 +19,7 @@ from keras import ops
 
 from keras_vit import positions
 from keras_vit.layers.initializers import fresh_copy
-from keras_vit.layers.utils import check_choice, to_pair
+from keras_vit.layers.utils import check_choice, check_count, to_pair
 from keras_vit.positions.sincos_2d import sincos_2d  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
 
@@ -77,11 +77,7 @@ class PositionEmbedding(keras.layers.Layer):
         # The kind's weights, table and resize (keras_vit.positions).
         self.position = positions.get(kind)
         self.grid_size = to_pair(grid_size, "grid_size")
-        if int(num_prefix_tokens) < 0:
-            raise ValueError(
-                f"`num_prefix_tokens` must be >= 0; received num_prefix_tokens={num_prefix_tokens}"
-            )
-        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.num_prefix_tokens = check_count(num_prefix_tokens, "num_prefix_tokens")
         self.interpolation = check_choice(interpolation, INTERPOLATIONS, "interpolation")
         self.initializer = keras.initializers.get(
             initializer or keras.initializers.RandomNormal(stddev=0.02)

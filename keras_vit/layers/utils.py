@@ -21,3 +21,10 @@ def check_choice(value, choices, name):
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {choices}; received {name}={value!r}")
     return value
+
+
+def check_count(value, name, minimum=0):
+    """Returns `value` as an int; raises a ValueError unless it is an integer >= `minimum` (not a bool)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}; received {name}={value!r}")
+    return int(value)

@@ -118,6 +118,9 @@ def test_relative_tables_resize():
     (dict(num_heads=3), "divisible by `num_heads`=3"),
     (dict(num_heads=2, relative_position="2d"), "received relative_position='2d'"),
     (dict(num_heads=2, relative_position="relative"), "needs `grid_size`"),
+    (dict(num_heads=2.7), r"`num_heads` must be an int >= 1; received num_heads=2.7"),  # was cut to 2
+    (dict(num_heads=2, relative_position="relative", grid_size=2, num_prefix_tokens=-1),
+     r"`num_prefix_tokens` must be an int >= 0; received num_prefix_tokens=-1"),
 ])
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -23,3 +23,10 @@ def test_bad_arguments():
         SequencePooling("mean")
     with pytest.raises(ValueError, match="num_prefix_tokens=0"):
         SequencePooling("token", 0)
+    # DeiT's distillation token is the second prefix token: with fewer, a patch's token would be pooled.
+    np.testing.assert_array_equal(np.asarray(SequencePooling("distillation", 2)(TOKENS)), TOKENS[:, 1])
+    with pytest.raises(ValueError, match=r"mode='distillation' pools prefix token 1 .* received num_prefix_tokens=1"):
+        SequencePooling("distillation", 1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match=rf"`num_prefix_tokens` must be an int >= 0; received num_prefix_tokens={bad}"):
+            SequencePooling("gap", bad)
