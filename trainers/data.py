@@ -278,19 +278,11 @@ def eval_image(image, recipe):
     return preprocess_input(image, config=recipe.model)
 
 
-def _split(ds, count, global_batch, input_context):
-    """This input pipeline's shard, its size, its per-step share and the per-replica batch."""
-    if input_context is None:
-        return ds, count, global_batch, global_batch
-    pipelines, index = input_context.num_input_pipelines, input_context.input_pipeline_id
-    if pipelines > 1:
-        ds = ds.shard(pipelines, index)
-        count = len(range(index, count, pipelines))
-    return ds, count, global_batch // pipelines, input_context.get_per_replica_batch_size(global_batch)
+def train_dataset(recipe, source, global_batch, start_step, num_steps):
+    """Steps `[start_step, start_step + num_steps)` of the training stream, in global batches.
 
-
-def train_dataset(recipe, source, global_batch, start_step, num_steps, input_context=None):
-    """Steps `[start_step, start_step + num_steps)` of the training stream, in per-replica batches.
+    tf.distribute splits each batch over the replicas; the workers of a multi-worker strategy each take
+    every n-th batch (`_shard_by_data`).
 
     Sets TensorFlow's global seed, which pairs with every op's seed: the recipe's for the epochs'
     shuffles, then one of the recipe's seed and `start_step` for the augmentations that draw with
@@ -301,12 +293,12 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps, input_con
     # Encoded, where the crop lets JPEGs decode only their window: less decoding and a shuffle buffer of bytes.
     encoded_channels = source.channels if recipe.train_crop == "inception" and source.encoded is not None else None
     examples = source.encoded if encoded_channels else source.dataset
-    ds, count, per_step, batch_size = _split(examples, source.num_examples, global_batch, input_context)
-    start, stop = start_step * per_step, (start_step + num_steps) * per_step  # this pipeline's examples
+    count = source.num_examples
+    start, stop = start_step * global_batch, (start_step + num_steps) * global_batch
     buffer = min(recipe.shuffle_buffer, count)
     # Epoch e is shuffled with its own seed: a Python int, hence the epochs are
     # listed here rather than generated in the graph.
-    epochs = [ds.shuffle(buffer, seed=recipe.seed * 1_000_003 + e, reshuffle_each_iteration=False)
+    epochs = [examples.shuffle(buffer, seed=recipe.seed * 1_000_003 + e, reshuffle_each_iteration=False)
               for e in range(start // count, -(-stop // count))]
     stream = functools.reduce(tf.data.Dataset.concatenate, epochs).skip(start % count)
     stream = stream.enumerate(start=start)
@@ -321,7 +313,7 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps, input_con
     stream = stream.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     # Exactly the chunk's batches: Keras runs whole blocks of `steps_per_execution` while data lasts,
     # so a chunk that is no multiple of it would run past its checkpoint or evaluation.
-    stream = stream.batch(batch_size, drop_remainder=True).take(num_steps)
+    stream = stream.batch(global_batch, drop_remainder=True).take(num_steps)
     if recipe.mixup_alpha or recipe.cutmix_alpha:
         from trainers.augment import MixupAndCutmix
 
@@ -347,9 +339,8 @@ def _shard_by_data(ds):
     return ds.with_options(options)
 
 
-def eval_dataset(recipe, source, global_batch, input_context=None):
-    """The evaluation split, in order, with one-hot labels, in per-replica batches."""
-    ds, _, _, batch_size = _split(source.dataset, source.num_examples, global_batch, input_context)
-    ds = ds.map(lambda image, label: (eval_image(image, recipe), tf.one_hot(label, source.num_classes)),
+def eval_dataset(recipe, source, global_batch):
+    """The evaluation split, in order, with one-hot labels, in global batches."""
+    ds = source.dataset.map(lambda image, label: (eval_image(image, recipe), tf.one_hot(label, source.num_classes)),
                 num_parallel_calls=AUTOTUNE, deterministic=True)
-    return _shard_by_data(ds.batch(batch_size).prefetch(AUTOTUNE))
+    return _shard_by_data(ds.batch(global_batch).prefetch(AUTOTUNE))
