@@ -10,8 +10,9 @@ def preprocess_input(x, data_format=None, config=None):
     Args:
         x: numpy array or tensor of pixels in [0, 255], `(..., channels)`,
             any real or integer dtype.
-        data_format: ignored; present for the `keras.applications`
-            signature (channels are last).
+        data_format: `"channels_last"` (the default: the models take
+            channels last) or `"channels_first"`, where the channels of a
+            per-channel mean and std are taken, as in `keras.applications`.
         config: optional `keras_vit.ViTConfig` (e.g. `model.vit_config`)
             whose `input_mean` and `input_std` to use; without it, the
             official 0.5 and 0.5, i.e. `x / 127.5 - 1`, in [-1, 1].
@@ -23,13 +24,22 @@ def preprocess_input(x, data_format=None, config=None):
     >>> preprocess_input(np.array([0, 255], "uint8"))
     array([-1.,  1.], dtype=float32)
     """
-    del data_format
+    if data_format not in (None, "channels_last", "channels_first"):
+        raise ValueError(f"`data_format` must be 'channels_last' or 'channels_first'; received {data_format!r}")
     numpy_in = isinstance(x, (np.ndarray, list, tuple, int, float))
     x = np.asarray(x, np.float32) if numpy_in else ops.cast(x, "float32")
     if config is None or set(config.input_mean) == set(config.input_std) == {0.5}:
         return x / np.float32(127.5) - np.float32(1.0)
     mean = np.asarray(config.input_mean, np.float32) * np.float32(255.0)
     std = np.asarray(config.input_std, np.float32) * np.float32(255.0)
+    axis = -3 if data_format == "channels_first" else -1
+    if len(mean) > 1:  # per channel: the channels must be the mean's, not broadcast into them
+        channels = x.shape[axis] if len(x.shape) >= -axis else 0
+        if channels is not None and channels != len(mean):  # None: known only when a traced function runs
+            raise ValueError(f"The config's mean and std are per channel ({len(mean)}); received images of shape "
+                             f"{tuple(x.shape)} with {channels} channels on axis {axis} ({data_format or 'channels_last'})")
+        if axis == -3:
+            mean, std = mean[:, None, None], std[:, None, None]
     return (x - mean) / std
 
 

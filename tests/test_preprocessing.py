@@ -1,4 +1,7 @@
+import re
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from keras_vit import preprocess_input
@@ -51,3 +54,18 @@ def test_resized_pixels_are_whole_values_in_0_255_whatever_the_filter():
         raw = np.asarray(tf.image.resize(edge, (20, 20), method=method))
         overshoots.append(raw.min() < -0.5 or raw.max() > 255.5)
     assert overshoots == [False, False, False, True, True]
+
+
+def test_per_channel_scaling_takes_the_channels_where_they_are():
+    config = ViTConfig(input_mean=(0.485, 0.456, 0.406), input_std=(0.229, 0.224, 0.225))
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 4, 5, 3)).astype("uint8")
+    last = preprocess_input(pixels, config=config)
+    first = preprocess_input(pixels.transpose(0, 3, 1, 2), data_format="channels_first", config=config)
+    np.testing.assert_allclose(first, last.transpose(0, 3, 1, 2), rtol=1e-6)  # was scaled as if channels last
+    # A grey or RGBA image against a mean of three: refused, not broadcast into three channels.
+    for shape in ((4, 5, 1), (4, 5, 4)):
+        with pytest.raises(ValueError, match=re.escape(f"per channel (3); received images of shape {shape}")):
+            preprocess_input(np.zeros(shape, "uint8"), config=config)
+    with pytest.raises(ValueError, match="received 'nhwc'"):
+        preprocess_input(pixels, data_format="nhwc")
+
