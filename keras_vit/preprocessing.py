@@ -37,7 +37,8 @@ def preprocess_input(x, data_format=None, config=None):
         channels = x.shape[axis] if len(x.shape) >= -axis else 0
         if channels is not None and channels != len(mean):  # None: known only when a traced function runs
             raise ValueError(f"The config's mean and std are per channel ({len(mean)}); received images of shape "
-                             f"{tuple(x.shape)} with {channels} channels on axis {axis} ({data_format or 'channels_last'})")
+                             f"{tuple(x.shape)} with {channels} channels on axis {axis} "
+                             f"({data_format or 'channels_last'})")
         if axis == -3:
             mean, std = mean[:, None, None], std[:, None, None]
     return (x - mean) / std

@@ -402,7 +402,8 @@ def test_a_headless_model_exports_features_only(tmp_path):
     (dict(crop_fraction=0.0), r"crop_fraction must be in \(0, 1\]; received 0.0"),
     (dict(max_image_pixels=0), r"max_image_pixels must be an integer >= 1; received 0"),
     (dict(version=0), r"version must be a positive integer .*; received 0"),
-    (dict(metadata={"source": "x", "classes": 10}), r"must not set the keys the export writes; received keys \['classes'\]"),
+    (dict(metadata={"source": "x", "classes": 10}),
+     r"must not set the keys the export writes; received keys \['classes'\]"),
 ])
 def test_what_cannot_be_served_is_refused_before_anything_is_written(model, tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -53,7 +53,8 @@ def test_each_kind_of_model_is_served_as_keras_computes_it(case, tmp_path):
         check_served(model, path, 24)
         session = capi.SavedModelSession(path)
         try:
-            with pytest.raises(capi.TFError, match=r"divisible by `patch_size`=\(8, 8\); received\] \[20 20\]") as error:
+            refused = r"divisible by `patch_size`=\(8, 8\); received\] \[20 20\]"
+            with pytest.raises(capi.TFError, match=refused) as error:
                 session.run("predict_float", inputs=np.zeros((1, 20, 20, 3), np.float32))
             assert error.value.code == 3  # INVALID_ARGUMENT, what TF Serving returns to the client
         finally:

@@ -28,5 +28,5 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match=r"mode='distillation' pools prefix token 1 .* received num_prefix_tokens=1"):
         SequencePooling("distillation", 1)
     for bad in (-1, 1.5, True):
-        with pytest.raises(ValueError, match=rf"`num_prefix_tokens` must be an int >= 0; received num_prefix_tokens={bad}"):
+        with pytest.raises(ValueError, match=rf"`num_prefix_tokens` must be an int >= 0; received .*={bad}"):
             SequencePooling("gap", bad)

@@ -14,7 +14,7 @@ def test_schedule_warms_up_then_decays_to_zero():
     np.testing.assert_allclose([float(linear(s)) for s in (0, 25, 100)], [2.0, 1.5, 0.0], atol=1e-6)
     constant = optimization.WarmupSchedule(0.3, warmup_steps=4, total_steps=100, decay="constant")
     np.testing.assert_allclose([float(constant(s)) for s in (2, 50)], [0.15, 0.3], atol=1e-6)
-    with pytest.raises(ValueError, match=r"`decay` must be one of \('cosine', 'linear', 'constant'\); received decay='cosin'"):
+    with pytest.raises(ValueError, match=r"`decay` must be one of \('cosine', .*\); received decay='cosin'"):
         optimization.WarmupSchedule(1.0, warmup_steps=10, total_steps=110, decay="cosin")  # ran as a constant
 
 
