@@ -240,10 +240,11 @@ def read_images(paths, preprocessing):
 
     Raises ValueError naming the first file those refuse, and why.
     """
+    one = tf.function(lambda data: images_to_inputs(data[None], preprocessing))  # traced once for every file
     inputs = []
     for path in paths:
         try:
-            inputs.append(images_to_inputs(tf.io.read_file(str(path))[None], preprocessing).numpy())
+            inputs.append(one(tf.io.read_file(str(path))).numpy())
         except tf.errors.InvalidArgumentError as error:
             reason = error.message.split("\n")[0].replace("assertion failed: ", "")
             raise ValueError(f"The image file {path} cannot be read as a request would be: {reason}") from None
