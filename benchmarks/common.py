@@ -74,7 +74,7 @@ def summarize(values):
 
 
 def machine():
-    """What a figure was measured on: "AMD EPYC" names several generations, so the family, model and AVX-512 too."""
+    """What a figure was measured on: a CPU's brand names several generations, so the family, model and AVX-512 too."""
     info = {}
     if pathlib.Path("/proc/cpuinfo").exists():
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -111,9 +111,9 @@ def write_json(path, payload):
 
 def print_table(rows, columns):
     widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in columns]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     for row in rows:
-        print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths)))
+        print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)))
 
 
 def train_metrics(model_dir, *flags):

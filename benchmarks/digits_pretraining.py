@@ -28,11 +28,12 @@ _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of every arm.")
 _OUT = flags.DEFINE_string("out", "benchmarks/results/digits_pretraining.json", "Where to write the JSON.")
 
 # The digits recipe's schedule scaled to the run: warm-up 100 of its 4000 steps.
-DIGITS_MPP = ["--recipe=mpp_pretrain", "--dataset=keras_vit_digits", "--eval_split=test", "--patch_size=2", "--hidden_size=64",
-              "--mlp_dim=128", "--num_heads=4", "--num_layers=4", "--image_size=8", "--classifier=gap",
-              "--drop_path_rate=0.1", "--representation_size=0", "--train_crop=resize", "--flip=false",
-              "--eval_crop_fraction=1.0", "--random_shift=1", "--optimizer=adamw", "--learning_rate=2e-3",
-              "--weight_decay=0.05", "--batch_size=64", "--steps_per_execution=25", "--mixed_precision=float32"]
+DIGITS_MPP = ["--recipe=mpp_pretrain", "--dataset=keras_vit_digits", "--eval_split=test", "--patch_size=2",
+              "--hidden_size=64", "--mlp_dim=128", "--num_heads=4", "--num_layers=4", "--image_size=8",
+              "--classifier=gap", "--drop_path_rate=0.1", "--representation_size=0", "--train_crop=resize",
+              "--flip=false", "--eval_crop_fraction=1.0", "--random_shift=1", "--optimizer=adamw",
+              "--learning_rate=2e-3", "--weight_decay=0.05", "--batch_size=64", "--steps_per_execution=25",
+              "--mixed_precision=float32"]
 
 
 def train_teacher(folder, data_dir, seed=0):
@@ -66,8 +67,12 @@ def train_teacher(folder, data_dir, seed=0):
 
 
 def arms(steps, teacher):
-    """{name: [[flags of each stage]]}: one stage, or MPP's two (pre-training, then fine-tuning)."""
-    common_flags = [f"--train_steps={steps}", f"--warmup_steps={steps // 40}"]
+    """{name: [[flags of each stage]]}: one stage, or MPP's two (pre-training, then fine-tuning).
+
+    Every arm trains on the whole training split (`--validation_fraction=0`): the comparison reports each final
+    model's test top-1 and selects nothing, so no validation split is needed.
+    """
+    common_flags = [f"--train_steps={steps}", f"--warmup_steps={steps // 40}", "--validation_fraction=0"]
     token = ["--classifier=token"]
     distil = [f"--teacher={teacher}", "--teacher_outputs=logits"]
     half = steps // 2
@@ -79,8 +84,10 @@ def arms(steps, teacher):
             "--distillation=soft", "--distillation_temperature=3", "--distillation_alpha=0.1"]],
         "hard distillation, distillation token": [common_flags + token + distil + [
             "--distillation=hard", "--distilled=true"]],
-        "MPP then fine-tuning": [DIGITS_MPP + [f"--train_steps={half}", f"--warmup_steps={half // 40}"],
-                                 [f"--train_steps={half}", f"--warmup_steps={half // 40}", "--pretrained={mpp}"]],
+        "MPP then fine-tuning": [DIGITS_MPP + [f"--train_steps={half}", f"--warmup_steps={half // 40}",
+                                               "--validation_fraction=0"],
+                                 [f"--train_steps={half}", f"--warmup_steps={half // 40}", "--pretrained={mpp}",
+                                  "--validation_fraction=0"]],
     }
 
 

@@ -28,7 +28,8 @@ from benchmarks import common  # noqa: E402
 from export import saved_model, tflite  # noqa: E402
 
 _VARIANTS = flags.DEFINE_list("variants", ["Ti/16", "S/16"], "ViT variants.")
-_ROUNDS = flags.DEFINE_integer("rounds", 15, "Alternating rounds: short ones, so that the ratios within a round pair close calls.")
+_ROUNDS = flags.DEFINE_integer("rounds", 15,
+                               "Alternating rounds: short ones, so that the ratios within a round pair close calls.")
 _SECONDS = flags.DEFINE_float("seconds", 0.5, "Seconds of calls per runtime and round.")
 _THREADS = flags.DEFINE_integer("threads", os.cpu_count(),
                                 "Threads of every runtime: TensorFlow's intra-op pool and LiteRT's interpreter.")
@@ -62,8 +63,8 @@ def main(argv):
                                                        lambda call: 1000 * common.time_calls(call, _SECONDS.value))
         for name, ms in samples.items():
             # Ratios within each round: the machine drifts between rounds more than within one.
-            paired = {"vs_keras": [a / b for a, b in zip(ms, samples["keras (XLA)"])],
-                      "speed_up_over_saved_model": [b / a for a, b in zip(ms, samples["saved_model"])]}
+            paired = {"vs_keras": [a / b for a, b in zip(ms, samples["keras (XLA)"], strict=True)],
+                      "speed_up_over_saved_model": [b / a for a, b in zip(ms, samples["saved_model"], strict=True)]}
             summary = common.summarize(ms)
             results.append({"variant": variant, "runtime": name, "latency_ms": summary, "rounds_ms": ms,
                             **{key: common.summarize(values) for key, values in paired.items()},

@@ -34,21 +34,22 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = pathlib.Path("benchmarks") / "results"
 
-# The last run on the CPU of the earlier runs, beside the current one in the README's summary.
+# The last run on the CPU of the earlier runs, beside the current one in the CPU suite's summary.
 EARLIER_CPU_RUN = "suite_cpu_2026-11-22.json"
 # Every CPU run of the same suite, oldest first, kept to show the run-to-run drift and the machine's weight.
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
               EARLIER_CPU_RUN, "suite_cpu_2026-11-25_first.json", "suite_cpu_2026-11-25_second.json",
               "suite_cpu.json")
-# The GPU suite on an H200 (the first GPU lent), before and after attention ran as cuDNN's fused kernel
-# (docs/performance.md, "GPU suite"); suite_gpu_jax.json is the H100 that issue 18 names.
+# The GPU suite on another kind of GPU than suite_gpu_jax.json's (the kind issue 18 names), before and after
+# attention ran as cuDNN's fused kernel (docs/performance.md, "GPU suite"); each JSON names its machine.
 GPU_MATMUL_ATTENTION = "suite_gpu_jax_matmul_attention.json"
 GPU_H200 = "suite_gpu_jax_h200.json"
 DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax_2026-11-25.json", "suite_cpu_jax.json")
 
 _REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
 _STRAY = re.compile(r"\b\d+\.\d+x\b|\b\d[\d,]*(?:\.\d+)? ?(?:ms|MB|GB|GFLOP/s|images/s|img/s)\b|\b\d+\.\d+%")
-# docs/PRETRAINED.md is written by keras_vit.pretrained.markdown_table (tests/test_pretrained.py keeps it current).
+# docs/PRETRAINED.md is written by keras_vit.checkpoints.pretrained.markdown_table (tests/test_pretrained.py
+# keeps it current).
 _NOT_OURS = ("docs/PRETRAINED.md",)
 
 
@@ -68,7 +69,7 @@ def _table(columns, rows):
 def _machine(machine):
     gpu = f", {machine['gpu']}" if machine.get("gpu") else ""
     generation = ""
-    if "cpu_family" in machine:  # recorded since 2026-11-25
+    if "cpu_family" in machine:  # the earliest runs did not record it
         isa = ", AVX-512" if machine["avx512"] else ""
         generation = f" (family {machine['cpu_family']} model {machine['cpu_model']}{isa})"
     return f"{machine['cpu']}{generation}, {machine['cores']} cores{gpu}"
@@ -239,9 +240,11 @@ def export_latency_region(results):
              _spread(r["speed_up_over_saved_model"], "{:.2f}")] for r in data["results"]]
     gemm = data["results"][0]["gemm_gflops"]
     return (f"{_provenance('export_latency_cpu.json', data)}, "
-            f"TensorFlow {data['tensorflow']}, every runtime on {data['threads']} threads; batch-1 latency, median (min-max) over the rounds; the "
+            f"TensorFlow {data['tensorflow']}, every runtime on {data['threads']} threads; batch-1 latency, median "
+            f"(min-max) over the rounds; the "
             f"ratio to Keras' (XLA) and the SavedModel's latency over this one (the speed-up issue 18 asks of "
-            f"LiteRT: >= 2.5x fp32, >= 4x int8), each taken within a round, median (min-max). numpy's GEMM in the same rounds: "
+            f"LiteRT: >= 2.5x fp32, >= 4x int8), each taken within a round, median (min-max). numpy's GEMM in the "
+            f"same rounds: "
             f"{_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
             + _table(["variant", "runtime", "ms", "vs keras", "speed-up over SavedModel"], rows))
 
@@ -276,6 +279,21 @@ def serving_latency_region(results):
             f"round. p50 and p99 are medians (min-max) over the rounds; the ratio to Keras' export is taken "
             f"within each round. numpy's GEMM in the same rounds: {_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
             + _table(["variant", "runtime", "p50 ms", "p50 / Keras export", "p99 ms", "p99 / Keras export"], rows))
+
+
+# --- benchmarks.serving_load
+
+def serving_load_region(results):
+    data = _load(results, "serving_load_cpu.json")
+    rows = [[kind, "good" if k["good"] else "bad (InvalidArgument)", k["count"], k["mismatches"],
+             f"{k['p50_ms']:.0f}", f"{k['p99_ms']:.0f}"] for kind, k in sorted(data["kinds"].items())]
+    return (f"{_provenance('serving_load_cpu.json', data)}, TensorFlow {data['tensorflow']}: ViT-{data['variant']}, "
+            f"{data['threads']} client threads for {data['seconds']:.0f} s: {data['requests']:,} requests "
+            f"({data['requests_per_s']:.0f} a second), {data['mismatches']} answers differing from the request's "
+            f"answer alone, {data['hung_clients']} clients left hanging; resident memory "
+            f"{data['resident_mib_after_warmup']:,.0f} MiB after warm-up and {data['resident_mib_after_run']:,.0f} MiB "
+            f"after the run (bound: {data['memory_bound_mib']} MiB of growth).\n\n"
+            + _table(["request", "kind", "sent", "mismatches", "p50 ms", "p99 ms"], rows))
 
 
 # --- benchmarks.main_job_seeds
@@ -357,7 +375,8 @@ def input_pipeline_region(results):
 
     data = _load(results, "input_pipeline_cpu.json")
     summary = data["summary"]
-    rows = [[side, _spread(summary[side]["images_per_s"], "{:.0f}"), _spread(summary[side]["images_per_cpu_s"], "{:.0f}"),
+    rows = [[side, _spread(summary[side]["images_per_s"], "{:.0f}"),
+             _spread(summary[side]["images_per_cpu_s"], "{:.0f}"),
              "-" if side == "keras_vit" else f"{_spread(summary['cpu_ratio_' + side])}x"]
             for side in ("keras_vit", "timm", "timm_plain")]
     b16, s16 = (common.vit_forward_flops(224, 16, width, 4 * width, 12) for width in (768, 384))
@@ -365,9 +384,10 @@ def input_pipeline_region(results):
     per_core = summary["keras_vit"]["images_per_cpu_s"]["median"]
     cores = [rate / per_core for rate in consumed]
     verdict = "met" if summary["met"] else "not met"
+    rounds = data["rounds"] if isinstance(data["rounds"], int) else len(data["rounds"])
     return (f"{_provenance('input_pipeline_cpu.json', data)}; "
             f"{data['dataset']['images']} JPEGs of {data['dataset']['size']}, batch {data['batch']}, "
-            f"{data['timed_images']} timed images per side and round, {data['rounds'] if isinstance(data['rounds'], int) else len(data['rounds'])} "
+            f"{data['timed_images']} timed images per side and round, {rounds} "
             f"rounds, median (min-max). Images per CPU-second counts every process of a side (timm's "
             f"workers included); the ratio is keras_vit's over the side's, within each round. The target "
             f"({data['target']}) is {verdict}.\n\n"
@@ -393,6 +413,131 @@ def digits_pretraining_region(results):
             + _table(["arm", "mean", "range", "per seed"], rows))
 
 
+# --- issue 18's targets, one row each (the README's performance table)
+
+_PERFORMANCE = "docs/performance.md"
+_MET = {True: "yes", False: "no"}
+# The sections of docs/performance.md the rows link to, by anchor, with the link's text.
+_SECTIONS = {"cpu-suite-tensorflow-backend": "TF", "cpu-suite-keras-jax-backend": "JAX",
+             "training-input-pipeline": "input pipeline", "training-memory-remat": "remat",
+             "serving-latency": "serving latency", "export-latency": "export latency", "gpu-suite": "GPU suite"}
+
+
+def _suite_targets(results, name, pattern):
+    """[(measured, met)] of `name`'s suite targets whose name matches `pattern`, in the suite's order."""
+    found = [(c["measured"], c["met"]) for c in _load(results, name)["targets"] if re.fullmatch(pattern, c["target"])]
+    if not found:
+        raise FiguresError(f"{RESULTS / name} has no target matching {pattern!r}")
+    return found
+
+
+def _suite_row(name, pattern, fmt="{:.2f}"):
+    def row(results):
+        found = _suite_targets(results, name, pattern)
+        return ", ".join(fmt.format(value) for value, _ in found), _MET[all(met for _, met in found)]
+    return row
+
+
+def _spread_row(summary, goal, at_least=True):
+    """A median (min-max) against a goal: met at the median only when some rounds miss it."""
+    def meets(value):
+        return value >= goal if at_least else value <= goal
+    met = _MET[meets(summary["median"])]
+    if meets(summary["median"]) and not (meets(summary["min"]) and meets(summary["max"])):
+        met = "median only"
+    return _spread(summary), met
+
+
+def _input_pipeline_row(results):
+    data = _load(results, "input_pipeline_cpu.json")
+    return f"{_spread(data['summary']['cpu_ratio_timm'])}", _MET[data["summary"]["met"]]
+
+
+def _remat_row(results):
+    summary = _load(results, "remat_memory_cpu.json")["summary"]
+    return (f"memory {summary['memory_ratio']['median']:.2f}, step {summary['step_ratio']['median']:.2f}",
+            _MET[summary["met"]])
+
+
+def _litert_row(runtime, goal):
+    def row(results):
+        data = _load(results, "export_latency_cpu.json")
+        (result,) = [r for r in data["results"] if (r["variant"], r["runtime"]) == ("Ti/16", runtime)]
+        return _spread_row(result["speed_up_over_saved_model"], goal)
+    return row
+
+
+def _serving_row(jit_compile):
+    """The highest median ratio to Keras' export, p50 or p99, over the export's rows."""
+    def row(results):
+        rows = [r for r in _load(results, "serving_latency_cpu.json")["results"] if r["runtime"].startswith(
+            "keras_vit") and ("--jit_compile" in r["runtime"]) == jit_compile]
+        worst = max(r[key]["median"] for r in rows for key in ("p50_vs_keras", "p99_vs_keras"))
+        return f"highest {worst:.2f}", _MET[worst <= 1.0]
+    return row
+
+
+def _gpu_row(results):
+    data = _load(results, "suite_gpu_jax.json")
+    measured, met = _suite_row("suite_gpu_jax.json", r"B/16 (training|inference) batch 256, images/s",
+                               "{:,.0f}")(results)
+    return f"{measured} ({data['machine']['gpu']})", met
+
+
+def _both_backends(pattern, fmt="{:.2f}"):
+    """One target on TensorFlow (suite_cpu.json) and on Keras' JAX backend (suite_cpu_jax.json), in one row."""
+    def row(results):
+        found = [(backend, *_suite_row(name, pattern, fmt)(results))
+                 for backend, name in (("TF", "suite_cpu.json"), ("JAX", "suite_cpu_jax.json"))]
+        measured = "; ".join(f"{backend} {values}" for backend, values, _ in found)
+        if len({met for _, _, met in found}) == 1:
+            return measured, found[0][2]
+        return measured, ", ".join(f"{backend} {met}" for backend, _, met in found)
+    return row
+
+
+_BOTH = ("cpu-suite-tensorflow-backend", "cpu-suite-keras-jax-backend")
+# (target, how it is measured, sections of docs/performance.md). "x timm": the ratio of images/s to timm's in
+# the same rounds. Each row reads the JSON its section renders.
+TARGETS = (
+    ("Ti/16, S/16 training step >= 0.90 x timm (TF), >= 0.80 x (JAX)",
+     _both_backends(r"(Ti|S)/16 training batch 16, keras_vit \w+, x timm"), _BOTH),
+    ("TF graph training step >= 0.97 x XLA's",
+     _suite_row("suite_cpu.json", r"(Ti|S)/16 training batch 16, keras_vit graph, x keras_vit XLA"),
+     "cpu-suite-tensorflow-backend"),
+    ("first training step S/16 <= 10 s, B/16 <= 15 s",
+     _both_backends(r"[SB]/16 first training step .*", "{:.1f} s"), _BOTH),
+    ("B/16 inference batch 1, 8 >= timm",
+     _both_backends(r"B/16 inference batch \d+, keras_vit \w+, x timm"), _BOTH),
+    ("B/16 inference batch 8 >= 0.90 of the matmul limit",
+     _both_backends(r"B/16 inference batch 8, .*, fraction of matmul limit"), _BOTH),
+    ("input pipeline >= 1.5 x timm's images per host core", _input_pipeline_row, "training-input-pipeline"),
+    ("`remat=True`, B/16 batch 32: memory <= 0.6 x, step <= 1.35 x", _remat_row, "training-memory-remat"),
+    ("request p50, p99 <= Keras' `model.export()` (default export)", _serving_row(False), "serving-latency"),
+    ("the same, `--jit_compile` export", _serving_row(True), "serving-latency"),
+    ("LiteRT fp32, Ti/16 batch 1 >= 2.5 x the SavedModel", _litert_row("tflite none", 2.5), "export-latency"),
+    ("LiteRT full int8, Ti/16 batch 1 >= 4 x the SavedModel", _litert_row("tflite int8", 4.0), "export-latency"),
+    ("GPU, B/16 batch 256: training >= 1,500, inference >= 5,000 images/s", _gpu_row, "gpu-suite"),
+)
+TARGET_SOURCES = ("suite_cpu.json", "suite_cpu_jax.json", "suite_gpu_jax.json", "input_pipeline_cpu.json",
+                  "remat_memory_cpu.json", "serving_latency_cpu.json", "export_latency_cpu.json")
+
+
+def targets_region(link):
+    """Issue 18's targets as target, measured, met and a link to the section with the figures behind it."""
+    def region(results):
+        rows = []
+        for target, measure, section in TARGETS:
+            measured, met = measure(results)
+            sections = (section,) if isinstance(section, str) else section
+            rows.append([target, measured, met, ", ".join(f"[{_SECTIONS[s]}]({link}#{s})" for s in sections)])
+        return ("Issue 18's targets (CPU: float32, 224 px, 2 cores; TF: the TensorFlow backend, JAX: Keras' JAX "
+                "backend), each against its peer measured in the same run; medians over the rounds. The linked "
+                "section gives the machine, the date and the spread.\n\n"
+                + _table(["target", "measured", "met", "link"], rows))
+    return region
+
+
 REGIONS = {
     "digits-pretraining": digits_pretraining_region,
     "input-pipeline": input_pipeline_region,
@@ -411,6 +556,10 @@ REGIONS = {
     "export-latency": export_latency_region,
     "tflite-int8-ops": tflite_int8_ops_region,
     "serving-latency": serving_latency_region,
+    "serving-load": serving_load_region,
+    "suite-cpu-torch": suite_region("suite_cpu_torch.json"),
+    "targets": targets_region(_PERFORMANCE),
+    "targets-performance": targets_region(""),
 }
 
 # Which result files each region reads (BUILD.md lists them; a test checks every file is read).
@@ -432,6 +581,10 @@ SOURCES = {
     "export-latency": ("export_latency_cpu.json",),
     "tflite-int8-ops": ("tflite_int8_ops_cpu.json",),
     "serving-latency": ("serving_latency_cpu.json",),
+    "serving-load": ("serving_load_cpu.json",),
+    "suite-cpu-torch": ("suite_cpu_torch.json",),
+    "targets": TARGET_SOURCES,
+    "targets-performance": TARGET_SOURCES,
 }
 
 
@@ -501,7 +654,7 @@ def check(root=ROOT):
             problems.append(str(error))
             continue
         rendered = regions(current, path)
-        for (name, start, end), (_, new_start, new_end) in zip(regions(text, path), rendered):
+        for (name, start, end), (_, new_start, new_end) in zip(regions(text, path), rendered, strict=True):
             if text[start:end] != current[new_start:new_end]:
                 problems.append(f"{path}: region '{name}' is out of date (python -m benchmarks.figures)")
         if str(path) not in _NOT_OURS:

@@ -152,13 +152,14 @@ def keras_vit_worker(folder):
     for step, (images, labels) in enumerate(ds):
         if step == steps - 1:  # the end of the warm-up epoch (tracing, the first shuffle buffer)
             warmup, start, cpu = time.perf_counter() - start, time.perf_counter(), time.process_time()
+            shapes = [images.shape.as_list(), labels.shape.as_list()]  # every batch's: whole batches only
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu  # CPU time: all of TF's threads
     timed = steps * _EPOCHS.value * _BATCH.value
     fields = ("train_crop", "flip", "randaugment_layers", "randaugment_magnitude", "mixup_alpha", "cutmix_alpha",
               "label_smoothing", "random_erasing", "shuffle_buffer")
     print(json.dumps({
         "images_per_s": timed / seconds, "images_per_cpu_s": timed / cpu, "images": timed, "seconds": seconds,
-        "cpu_seconds": cpu, "warmup_s": warmup, "batch_shapes": [images.shape.as_list(), labels.shape.as_list()],
+        "cpu_seconds": cpu, "warmup_s": warmup, "batch_shapes": shapes,
         "described": {"recipe": {"base": "deit", "image_size": recipe.model.image_size[0],
                                  **{name: getattr(recipe, name) for name in fields}}},
         "versions": {name: importlib.metadata.version(name) for name in (

@@ -2,8 +2,9 @@
 
 The functions mirror `benchmarks.timm_side`: each builds one workload and
 returns a callable that runs it once and waits for the result. Keras runs on
-the backend `KERAS_BACKEND` names: TensorFlow (the package's own), or JAX where
-TensorFlow cannot be installed (the lent GPU machines; BUILD.md).
+the backend `KERAS_BACKEND` names: TensorFlow (the package's own), JAX where
+TensorFlow cannot be installed (the lent GPU machines; BUILD.md), or PyTorch
+(eager only: against timm eager, the same framework underneath).
 """
 
 import os
@@ -33,6 +34,10 @@ def _device():
 
         device = jax.devices()[0]
         return "cpu" if device.platform == "cpu" else device.device_kind
+    if BACKEND == "torch":
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -44,6 +49,10 @@ def set_threads(threads):
         import tensorflow as tf
 
         tf.config.threading.set_intra_op_parallelism_threads(threads)
+    elif BACKEND == "torch":
+        import torch
+
+        torch.set_num_threads(threads)
     elif threads < os.cpu_count():
         print(f"keras_side: {BACKEND} sizes its CPU thread pool itself; {threads} threads not enforced",
               file=sys.stderr)
@@ -83,7 +92,16 @@ def _compiled_call(model, compiled):
         state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
         forward = jax.jit(forward) if compiled else forward
         return lambda images: forward(*state, images)
-    raise ValueError(f"the benchmark runs keras_vit on the tensorflow or jax backend; KERAS_BACKEND={BACKEND!r}")
+    if BACKEND == "torch" and not compiled:  # eager, as timm's side runs without torch.compile
+        import torch
+
+        def forward(images):
+            with torch.no_grad():
+                return model(images, training=False)
+
+        return forward
+    raise ValueError(f"the benchmark runs keras_vit on the tensorflow or jax backend, or eager on torch; "
+                     f"KERAS_BACKEND={BACKEND!r}, compiled={compiled}")
 
 
 def inference(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):

@@ -3,6 +3,7 @@
 Runs `python -m trainers.train --recipe=digits --seed=S` for each seed in a
 fresh model directory (each a process of its own, as a user runs it; the same
 seed run twice shows whether a run repeats), and writes every run's test top-1
+(the final model's, evaluated once: the run selects on its validation split)
 with the mean and range.
 
     python -m benchmarks.main_job_seeds [--seeds=0,1,2,3,4] [--repeat_first] [--out=...]
@@ -27,6 +28,7 @@ def run_once(seed, folder):
     start = time.perf_counter()
     metrics = common.train_metrics(model_dir, "--recipe=digits", f"--seed={seed}")
     return {"seed": int(seed), "test_top1": metrics["eval_top1"], "test_top5": metrics["eval_top5"],
+            "validation_top1": metrics["validation_top1"], "best_step": metrics["best_step"],
             "step": metrics["step"], "seconds": time.perf_counter() - start}
 
 

@@ -14,7 +14,10 @@ rounds with the min-max spread, so a noisy machine shows as noise.
 
 keras_vit runs on the Keras backend that `KERAS_BACKEND` names: TensorFlow by
 default, JAX where TensorFlow cannot be installed (the lent GPU machines: see
-"GPU suite" in docs/performance.md); its matmul is then JAX's.
+"GPU suite" in docs/performance.md); its matmul is then JAX's. On PyTorch
+(`KERAS_BACKEND=torch`) the CPU suite is B/16 inference and S/16 training, keras_vit
+eager against timm eager: the same framework underneath, so the ratio is Keras'
+and keras_vit's own overhead.
 
 FLOPs are analytic (`benchmarks.common.vit_forward_flops`): a forward pass is
 2 x the multiply-adds of every matmul, a training step 3 x the forward.
@@ -44,9 +47,14 @@ ENVS_DIR = ROOT / "benchmarks" / ".envs"  # gitignored
 # cannot be installed (BUILD.md), and in an environment of its own.
 KERAS_BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 _ON_JAX = KERAS_BACKEND == "jax"
-INSTALLS = {"keras_vit": ["-e", str(ROOT), *(["jax[cpu]==0.10.2"] if _ON_JAX else [])],
+_ON_TORCH = KERAS_BACKEND == "torch"
+# The core install has no backend (setup.py): each environment brings its own.
+_BACKEND_INSTALLS = {"tensorflow": [f"{ROOT}[tensorflow]"], "jax": [str(ROOT), "jax[cpu]==0.10.2"],
+                     "torch": [str(ROOT), "torch==2.13.0"]}
+INSTALLS = {"keras_vit": ["-e", *_BACKEND_INSTALLS.get(KERAS_BACKEND, [str(ROOT)])],
             "timm": ["-r", str(ROOT / "benchmarks" / "requirements-peers.txt")]}
-ENV_NAMES = {"keras_vit": "keras_vit_jax" if _ON_JAX else "keras_vit", "timm": "timm"}
+ENV_NAMES = {"keras_vit": "keras_vit" if KERAS_BACKEND == "tensorflow" else f"keras_vit_{KERAS_BACKEND}",
+             "timm": "timm"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +113,7 @@ SUITES = {
     "gpu": Suite(
         threads=os.cpu_count(), image_size=224, precision="mixed_bfloat16",
         matmul_shape=(256 * 197, 768, 3072),
-        # A lent GPU is held 15 minutes in all, start and compiles included (BUILD.md): the rows issue 18's
+        # A lent GPU is held briefly, start and compiles included (BUILD.md): the rows issue 18's
         # targets read (B/16 at batch 256) and batch 8 for latency, the default model against the peer. No
         # fresh-process probes: each warm process's first call holds the compile, and a process's peak RSS is
         # host memory, not the GPU's.
@@ -284,7 +292,7 @@ def run_probes(suite, pythons):
 
     results = []
     with concurrent.futures.ThreadPoolExecutor(suite.concurrent_probes) as pool:  # each probe is its own process
-        for (task, variant, batch, im), measured in zip(jobs, pool.map(measure, jobs)):
+        for (task, variant, batch, im), measured in zip(jobs, pool.map(measure, jobs), strict=True):
             results.append({"task": task, "variant": variant, "batch": batch, "implementation": im.label,
                             **measured})
             print(f"probe {task} {variant} batch {batch} {im.label}: first call {measured['first_call_s']:.1f} s "
@@ -308,12 +316,12 @@ def targets(results, probes, suite_name):
         met = None if value is None else (value >= goal if at_least else value <= goal)
         checks.append({"target": name, "measured": value, "goal": goal, "met": met})
 
-    if suite_name == "gpu":  # for an H100
+    if suite_name == "gpu":  # issue 18's GPU rows
         for task, goal in (("training", 1500.0), ("inference", 5000.0)):
             t = throughput(task, "B/16", 256)
             check(f"B/16 {task} batch 256, images/s", t and t["images_per_s"]["median"], goal, True)
         return checks
-    if suite_name != "cpu":
+    if suite_name != "cpu" or _ON_TORCH:  # issue 18's targets are TensorFlow's and JAX's
         return []
     for batch in (1, 8):
         t = throughput("inference", "B/16", batch, default)
@@ -386,7 +394,16 @@ def plan(args):
     if _ON_JAX:  # JAX has no graph mode: an uncompiled model would time Python's op-by-op dispatch
         suite = dataclasses.replace(suite, implementations=tuple(
             im for im in suite.implementations if im.compiled or im.impl != "keras_vit"))
-    name = f"suite_{args.suite}{'_jax' * _ON_JAX}{'_tiny' * args.tiny}.json"
+    if _ON_TORCH:  # eager against eager (Keras' jit_compile on torch is torch.compile, timm's side has its own)
+        if args.suite != "cpu":
+            raise SystemExit(f"on KERAS_BACKEND=torch the benchmark runs the cpu suite; received --suite={args.suite}")
+        suite = dataclasses.replace(
+            suite, implementations=(Implementation("keras_vit eager", "keras_vit", False),
+                                    Implementation("timm", "timm", False)),
+            inference=suite.inference if args.tiny else (("B/16", 1), ("B/16", 8)),
+            training=suite.training if args.tiny else (("S/16", 16),), memory_probe=None, compile_probes=())
+    backend = "" if KERAS_BACKEND == "tensorflow" else f"_{KERAS_BACKEND}"
+    name = f"suite_{args.suite}{backend}{'_tiny' * args.tiny}.json"
     return suite, pathlib.Path(args.out or ROOT / "benchmarks" / "results" / name)
 
 

@@ -92,7 +92,7 @@ def main(argv):
             row = {"variant": variant, "runtime": name}
             for key in ("p50", "p99"):
                 values = [r[key] for r in rounds]
-                ratios = [r[key] / k[key] for r, k in zip(rounds, samples[KERAS])]
+                ratios = [r[key] / k[key] for r, k in zip(rounds, samples[KERAS], strict=True)]
                 entry[f"{key}_ms"], entry[f"{key}_vs_keras"] = common.summarize(values), common.summarize(ratios)
                 row[f"{key} ms"] = f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
                 row[f"{key} / keras"] = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"

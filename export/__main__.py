@@ -11,22 +11,27 @@ import dataclasses
 import glob
 import os
 import pathlib
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
-from export import choices  # noqa: E402  (TensorFlow loads in main(), once the flags have passed)
+from export import choices, extras  # noqa: E402  (TensorFlow loads in main(), once the flags have passed)
+from keras_vit.backends import tensorflow_backend_problem  # noqa: E402  (imports Keras when called)
+from keras_vit.checks import is_hub_id  # noqa: E402  (Keras-free)
 
 FORMATS = ("saved_model", "tflite")
-_MODEL = flags.DEFINE_string("model", None, "A .keras file, or a checkpoint: an official .npz, a timm / Hugging "
-                                            "Face .safetensors file or model directory.")
+_MODEL = flags.DEFINE_string("model", None, "A .keras file, or a checkpoint: an official or big_vision .npz, a timm "
+                                            ".safetensors file or model directory, a Hugging Face transformers "
+                                            "directory, or a Hugging Face hub id (org/name).")
 _IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Resolution for a checkpoint (default: the checkpoint's).")
 _FORMAT = flags.DEFINE_enum("format", "saved_model", FORMATS, "What to write.")
 _OUTPUT = flags.DEFINE_string("output", None, "SavedModel: the TF Serving base path; TFLite: a new directory.")
 _NAME = flags.DEFINE_string("name", "vit", "Model name (TF Serving directory under --output).")
 _VERSION = flags.DEFINE_integer("version", None, "TF Serving version (default: the next free one).")
-_LABELS = flags.DEFINE_string("labels", None, "A text file of class names, one per line, in class order.")
+_LABELS = flags.DEFINE_string("labels", None, "A text file of class names, one per line, in class order "
+                                              "(default: the checkpoint's own, a transformers directory's id2label).")
 _TOP_K = flags.DEFINE_integer("top_k", None, "Classes in the top-k outputs, 1 to the number of classes "
                                              "(default: 5, or all classes when there are fewer).")
 _CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of decoded images (1.0: none).")
@@ -83,24 +88,26 @@ def check_flags():
         if _NAME.value in ("", ".", "..") or "/" in _NAME.value or os.sep in _NAME.value:
             raise app.UsageError(f"--name must be one directory name (TF Serving's BASE/NAME/VERSION); "
                                  f"received --name={_NAME.value!r}")
-        version = _VERSION.value and pathlib.Path(_OUTPUT.value, _NAME.value, str(_VERSION.value))
+        version = _VERSION.value is not None and pathlib.Path(_OUTPUT.value, _NAME.value, str(_VERSION.value))
         if version and version.exists() and not _OVERWRITE.value:
             raise app.UsageError(f"--version={_VERSION.value} exists at {version}: choose another or pass --overwrite")
-    if "://" not in _MODEL.value and not os.path.exists(_MODEL.value):
-        raise app.UsageError(f"--model must name an existing .keras file or checkpoint; received "
-                             f"--model={_MODEL.value!r}, which does not exist")
+    if "://" not in _MODEL.value and not os.path.exists(_MODEL.value) and not is_hub_id(_MODEL.value):
+        raise app.UsageError("--model must name an existing .keras file or checkpoint, or a Hugging Face hub id; "
+                             f"received --model={_MODEL.value!r}, which does not exist")
     return images
 
 
 flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
 flags.register_validator("top_k", lambda v: v is None or v >= 1, "--top_k must be at least 1")
-flags.register_validator("version", lambda v: v is None or v >= 1, "--version must be a positive integer")
+flags.register_validator("version", lambda v: v is None or v >= 0, "--version must be an integer >= 0")
 flags.register_validator("image_size", lambda v: v is None or v >= 1, "--image_size must be a positive integer")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not flags.FLAGS["verbosity"].present:  # TensorFlow's INFO lines (signature input renames...) are not the user's
+        logging.set_verbosity(logging.WARNING)
     if _INSPECT.value:
         if not os.path.isfile(os.path.join(_INSPECT.value, "saved_model.pb")):
             raise app.UsageError(f"--inspect={_INSPECT.value!r} is not an export: it names a version directory "
@@ -111,11 +118,17 @@ def main(argv):
         return 0
     image_files = check_flags()
     labels = read_labels(_LABELS.value) if _LABELS.value else None
-    from export import loading, tflite
+    missing = tensorflow_backend_problem("export") or extras.missing_message(_FORMAT.value)
+    if missing:
+        raise SystemExit(missing)  # one line, no traceback: nothing has been read or written
+    import keras_vit
+    from export import tflite
 
     try:
         sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value is not None else {}
-        model = loading.load_model(_MODEL.value, **sized)
+        model = keras_vit.load_model(_MODEL.value, classifier_activation=None, **sized)  # logits from a checkpoint
+        if labels is None and not _MODEL.value.endswith(".keras"):  # a transformers directory names its classes
+            labels = keras_vit.checkpoints.checkpoint_labels(_MODEL.value)
         if _FORMAT.value == "saved_model":
             _saved_model(model, labels)
         else:
@@ -152,5 +165,14 @@ def _tflite(model, labels, image_files):
     tflite.print_table([{"quantize": _QUANTIZE.value, **result}])
 
 
+def run(argv):
+    """`main`, with a usage error said in one line (not absl's page of every flag before it)."""
+    try:
+        return main(argv)
+    except app.UsageError as error:
+        print(f"export: {error}\nSee --helpfull for every flag and its help.", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    app.run(main)
+    app.run(run)

@@ -8,6 +8,13 @@ the object graph), so an export it loads can still fail in TF Serving. The C
 API in the tensorflow wheel (`TF_LoadSessionFromSavedModel`, `TF_SessionRun`)
 is that C++ loader; this module drives it through ctypes, with no Python
 TensorFlow code on the path from the files to the outputs.
+
+It is one of the three modules that use framework internals (BUILD.md): the
+C API's functions through ctypes, and one C++ function by its mangled name,
+`tensorflow::DisableXlaCompilation()`, which TF Serving calls at start and
+which the C API does not offer (its XLA switches, `TF_EnableXLACompilation`
+and the like, set auto-clustering, not this refusal). tests/export/test_capi.py
+fails, naming the symbol, when the installed TensorFlow drops one of them.
 """
 
 import ctypes
@@ -72,7 +79,10 @@ def _library():
     }
     api = {}
     for name, (result, arguments) in signatures.items():
-        function = next(getattr(lib, name) for lib in libraries if hasattr(lib, name))
+        function = next((getattr(lib, name) for lib in libraries if hasattr(lib, name)), None)
+        if function is None:
+            raise RuntimeError(f"The installed TensorFlow's libraries ({directory}) export no {name}, which "
+                               "export.capi calls: this TensorFlow changed its C API or its C++ symbols")
         function.restype, function.argtypes = result, arguments
         api[name] = function
     return api
@@ -88,16 +98,16 @@ def _api():
     return _API
 
 
-def without_tensorflow_python():
+def without_tensorflow_runtime():
     """Lets this process import TensorFlow's protocol buffers without TensorFlow's Python runtime.
 
     After it, `import tensorflow` gives the package unexecuted: `tensorflow.core.*_pb2` and
     `tensorflow_serving.apis` import, `tf.*` does not exist, and this module's C API is the only
     TensorFlow code that runs. That is TF Serving's case (a C++ binary), and it spares a fresh
-    process TensorFlow's Python start-up: about 6 s, most of an export check. Call it first.
+    process TensorFlow's Python start-up, most of an export check's time. Call it first.
     """
     if "tensorflow" in sys.modules:
-        raise RuntimeError("without_tensorflow_python() must run before anything imports tensorflow")
+        raise RuntimeError("without_tensorflow_runtime() must run before anything imports tensorflow")
     spec = importlib.util.find_spec("tensorflow")
     sys.modules["tensorflow"] = importlib.util.module_from_spec(spec)  # its __path__, not its __init__
 
@@ -110,7 +120,7 @@ def disable_xla_compilation():
     reaches an XLA cluster (`jit_compile=True`) then fails instead of compiling.
     """
     import tensorflow  # noqa: F401  (importing it after this call crashes: its start-up sets XLA's flags)
-    # (after `without_tensorflow_python`, that import runs nothing, and no start-up ever comes)
+    # (after `without_tensorflow_runtime`, that import runs nothing, and no start-up ever comes)
 
     _api()["_ZN10tensorflow21DisableXlaCompilationEv"]()
 

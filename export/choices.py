@@ -1,7 +1,7 @@
 """The exporter's choices and defaults, in a module that needs no TensorFlow.
 
 `python -m export` defines its flags from these and checks every flag before
-TensorFlow loads: a bad command line is refused in about a second.
+TensorFlow loads: a bad command line is refused without paying TensorFlow's import.
 """
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")

@@ -9,7 +9,9 @@ Signatures of a classifier (inputs -> outputs):
 - `predict_pixels`: `pixels` (uint8 [N, h, w, C], any size, 0-255).
 - `predict_float`: `inputs` (float32 [N, H, W, C] already scaled, `(p / 255 -
   mean) / std`: [-1, 1] for the official mean and std; the model's own input,
-  what TFLite takes; any H, W for `dynamic_image_size`).
+  what TFLite takes; any H, W for `dynamic_image_size`). Values outside that
+  range by more than a quarter of its width (raw pixels, say) are refused
+  with InvalidArgument naming both ranges (`check_input_range`).
 - `embeddings`: `images` (string [N]) -> `embeddings` [N, D] (pooled features).
 The classification signatures return `probabilities` [N, classes],
 `top_k_classes` int32 [N, k], `top_k_scores` [N, k] and, when labels are
@@ -40,6 +42,7 @@ from export import preprocessing as prep
 from export import serving_check
 from export.labels import check_labels, is_classifier
 from keras_vit.model import head_input, outputs_probabilities
+from keras_vit.preprocessing import RANGE_MARGIN
 
 METADATA = "keras_vit_export.json"
 METADATA_KEYS = ("preprocessing", "signatures", "classes", "top_k", "labels", "jit_compile")  # the export's own
@@ -50,8 +53,9 @@ WARMUP = serving_check.WARMUP
 class ServingFunctions:
     """The Keras model with its preprocessing and outputs, as tf.functions keyed by signature name."""
 
-    def __init__(self, model, preprocessing, labels_table=None, top_k=5, jit_compile=False):
+    def __init__(self, model, preprocessing, labels_table=None, top_k=5, jit_compile=False, check_input_range=True):
         self.model = model
+        self.check_input_range = check_input_range
         self.jit_compile = jit_compile
         self._forwards = {}  # one per Keras model: signatures of the same input shape share its XLA compilation
         self.preprocessing = preprocessing
@@ -87,10 +91,14 @@ class ServingFunctions:
                                           "images", tf.string, [None]),
             "predict_pixels": _signature(lambda pixels: self._classify(prep.pixels_to_inputs(pixels, p)),
                                          "pixels", tf.uint8, [None, None, None, p.channels]),
-            "predict_float": _signature(self._classify, "inputs", tf.float32, [None, *fixed, p.channels]),
+            "predict_float": _signature(lambda inputs: self._classify(self._in_range(inputs)), "inputs",
+                                        tf.float32, [None, *fixed, p.channels]),
             "embeddings": _signature(lambda images: {"embeddings": self._run(feature_model, self._images(images))},
                                      "images", tf.string, [None]),
         }
+
+    def _in_range(self, inputs):
+        return in_range(inputs, self.preprocessing.input_range) if self.check_input_range else inputs
 
     def _features(self):
         return {"features": _signature(lambda images: {"features": self._run(self.model, self._images(images))},
@@ -129,6 +137,24 @@ def _expect(value, shape, name):
         value = tf.identity(value)
     value.set_shape(shape)
     return value
+
+
+def in_range(inputs, expected):
+    """`inputs`, after a run-time check that every value lies in `expected` (low, high) widened by RANGE_MARGIN.
+
+    The margin (`keras_vit.preprocessing.RANGE_MARGIN`) is the Keras model's `predict` check's.
+
+    NaN fails the check too. An empty batch passes.
+    """
+    low, high = expected
+    margin = RANGE_MARGIN * (high - low)
+    inside = tf.reduce_all(tf.logical_and(inputs >= low - margin, inputs <= high + margin))
+    check = tf.debugging.Assert(inside, [
+        f"inputs must be scaled model inputs, in [{low:.4g}, {high:.4g}] ((pixels / 255 - mean) / std; "
+        "raw pixels go to predict_pixels); received values from", tf.reduce_min(inputs), "to",
+        tf.reduce_max(inputs)])
+    with tf.control_dependencies([check]):
+        return tf.identity(inputs)
 
 
 def _forward(model, jit_compile):
@@ -211,8 +237,9 @@ def _check_arguments(model, labels, top_k, metadata):
 
 def _check_output(model_base, version, overwrite):
     """Refuses an existing version (unless `overwrite`) or an unwritable directory; returns the version's path."""
-    if not (isinstance(version, int) and version >= 1):
-        raise ValueError(f"version must be a positive integer (TF Serving's version directories); received {version!r}")
+    # TF Serving's versions are integers >= 0; 0 is a version like any other.
+    if not (isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+        raise ValueError(f"version must be an integer >= 0 (TF Serving's version directories); received {version!r}")
     final = model_base / str(version)
     if final.exists() and not overwrite:
         raise ValueError(f"Version {version} of {model_base.name!r} exists at {final}; "
@@ -228,7 +255,7 @@ def _check_output(model_base, version, overwrite):
 
 def export_saved_model(model, base_dir, name="vit", version=None, labels=None, crop_fraction=1.0,
                        top_k=None, warmup_images=None, metadata=None, max_image_pixels=prep.DEFAULT_MAX_IMAGE_PIXELS,
-                       overwrite=False, jit_compile=False):
+                       overwrite=False, jit_compile=False, check_input_range=True):
     """Writes `model` to `base_dir/name/version/` for TF Serving; returns the path.
 
     The version directory appears only when complete and proven: written under
@@ -252,6 +279,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
         jit_compile: run the model under XLA in every signature: faster on a CPU, but TF Serving
             refuses it unless started with `--xla_cpu_compilation_enabled=true` (its default disables
             XLA), and each new batch size compiles on its first request.
+        check_input_range: refuse `predict_float` inputs outside the model's scaled range (see above).
     """
     model_base = pathlib.Path(base_dir) / name
     version = next_version(model_base) if version is None else version
@@ -263,7 +291,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     shutil.rmtree(staging, ignore_errors=True)
     try:
         staging.mkdir()
-        functions = _save(model, staging, preprocessing, labels, top_k, jit_compile)
+        functions = _save(model, staging, preprocessing, labels, top_k, jit_compile, check_input_range)
         requests = warmup_requests(functions.functions, preprocessing, warmup_images)
         if jit_compile:  # XLA compiles once per batch size: warm single-image requests too
             requests += [(signature, {key: value[:1] for key, value in inputs.items()})
@@ -291,7 +319,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     return final
 
 
-def _save(model, path, preprocessing, labels, top_k, jit_compile):
+def _save(model, path, preprocessing, labels, top_k, jit_compile, check_input_range=True):
     """tf.saved_model.save of the signatures, with the variables and the labels table they use."""
     root = tf.Module()
     root.model_variables = [variable.value for variable in model.variables]  # the tf.Variables the graphs read
@@ -304,7 +332,7 @@ def _save(model, path, preprocessing, labels, top_k, jit_compile):
             tf.lookup.TextFileInitializer(root.labels_asset, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
                                           tf.string, tf.lookup.TextFileIndex.WHOLE_LINE),
             default_value="")
-    functions = ServingFunctions(model, preprocessing, table, top_k, jit_compile)
+    functions = ServingFunctions(model, preprocessing, table, top_k, jit_compile, check_input_range)
     signatures = {name: fn.get_concrete_function() for name, fn in functions.functions.items()}
     tf.saved_model.save(root, str(path), signatures=signatures)
     if labels is not None:

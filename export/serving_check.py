@@ -8,7 +8,7 @@ loads a version; the answers come back in a file and are compared with the
 Keras model's, computed in this process. A fresh process, because a session
 that has already built the model in Python may hold the very state (variables
 by name, registered functions) that a server starting cold would lack; and one
-that never runs TensorFlow's Python code (`capi.without_tensorflow_python`), as
+that never runs TensorFlow's Python code (`capi.without_tensorflow_runtime`), as
 TF Serving, a C++ binary, never does.
 """
 
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from export import capi  # ctypes only: importing it loads no TensorFlow
+from export import capi  # the C API only: importing it loads no TensorFlow
 
 # Float outputs through the C++ path equal the Keras model's to this (DESIGN.md).
 TOLERANCE = 1e-5
@@ -68,7 +68,7 @@ def replay(export_dir, output_file, xla=False):
     XLA is off, as in TF Serving's default, unless `xla` (an export written with
     `jit_compile`, which TF Serving runs only with `--xla_cpu_compilation_enabled=true`).
     """
-    capi.without_tensorflow_python()
+    capi.without_tensorflow_runtime()
     if not xla:
         capi.disable_xla_compilation()
     session = capi.SavedModelSession(export_dir)

@@ -46,10 +46,10 @@ from keras import ops
 from export.choices import QUANTIZATIONS
 from export.labels import check_labels, is_classifier
 from export.preprocessing import Preprocessing
-from keras_vit.layers.scanned_encoder import ScannedEncoder
-from keras_vit.layers.utils import check_choice
+from keras_vit.checks import check_choice
+from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.scanned_encoder import ScannedEncoder, block_name
 from keras_vit.model import outputs_probabilities
-
 
 # Stated bounds, checked on the tests' trained ViT (tests/export/test_tflite.py).
 TOLERANCES = {
@@ -66,8 +66,25 @@ TOLERANCES = {
 # sequence leaves it a level or two, which its LayerNorm then multiplies ~30x:
 # on the tests' model, top-1 agreement 99.2%, and 99.8% with these ops in
 # float (tests/export/test_tflite.py; BUILD.md).
-_FIRST_NORM = re.compile(r"(^|/)encoder_block_0(_\d+)?/norm_1(_\d+)?/")
+_FIRST_NORM = re.compile(rf"(^|/){block_name(0)}(_\d+)?/norm_1(_\d+)?/")
 FLOAT_IN_INT8 = re.compile(r"(^|/)position_embedding(_\d+)?/|" + _FIRST_NORM.pattern)
+
+# Full int8 takes every activation's range from its calibration images, and `verify` compares on its own:
+# below this many (TensorFlow's guide asks for a hundred to a few hundred) either says little about other
+# images. A warning, not a refusal: the tolerance check still refuses a variant that misses on them.
+MIN_INT8_IMAGES = 100
+
+
+class FewImagesWarning(UserWarning):
+    """Full int8 calibrated or verified on fewer than `MIN_INT8_IMAGES` images."""
+
+
+def _warn_if_few(count, done):
+    if count < MIN_INT8_IMAGES:
+        warnings.warn(FewImagesWarning(
+            f"Full int8 {done} on {count} image(s), fewer than {MIN_INT8_IMAGES}: activation ranges and agreement "
+            f"measured on so few say little about other images; pass a hundred or more real images"), stacklevel=3)
+
 
 LATENCY_RUNS = 10
 FILES = ("model_{quantize}.tflite", "labels.txt", "metadata.json")
@@ -136,6 +153,7 @@ def convert(model, quantize="none", representative_images=None):
                 "float images of shape (n, height, width, channels); received representative_images=None"
             )
         representative_images = _check_images(representative_images, model, "representative_images")
+        _warn_if_few(len(representative_images), "calibrated")
 
     with _litert_layer_norms(model):
         converter = _converter(model, shape)
@@ -168,9 +186,7 @@ def _converter(model, shape):
 def _litert_layer_norms(model):
     """Within the block, `model`'s LayerNormalizations are traced as `_layer_norm`, which LiteRT runs faster."""
     # Others (another axis, RMS scaling, no gamma or beta) keep Keras' formulation: right, only slower.
-    layers = [inner for layer in model._flatten_layers()  # a scanned encoder's block is no tracked sublayer
-              for inner in (layer.template_block()._flatten_layers() if isinstance(layer, ScannedEncoder) else [layer])]
-    norms = [layer for layer in layers if isinstance(layer, keras.layers.LayerNormalization)
+    norms = [layer for layer in _layers(model) if isinstance(layer, keras.layers.LayerNormalization)
              and list(np.atleast_1d(layer.axis)) == [-1] and not layer.rms_scaling and layer.center and layer.scale]
     for layer in norms:
         # An instance attribute: Keras' `__call__` looks `call` up on the layer, so only these layers change.
@@ -182,6 +198,21 @@ def _litert_layer_norms(model):
             object.__delattr__(layer, "call")
 
 
+def _layers(layer):
+    """`layer` and the layers in it where a ViT keeps LayerNormalizations: nested models' and blocks'."""
+    yield layer
+    if isinstance(layer, keras.Model):
+        inner = layer.layers
+    elif isinstance(layer, ScannedEncoder):
+        inner = [layer.template_block()]  # the block its loop calls: no tracked sublayer
+    elif isinstance(layer, EncoderBlock):
+        inner = [layer.norm_1, layer.norm_2]
+    else:
+        inner = []
+    for sublayer in inner:
+        yield from _layers(sublayer)
+
+
 def _layer_norm(layer, inputs):
     """Keras' LayerNormalization with SUB and MUL, which XNNPACK runs in int8.
 
@@ -191,8 +222,8 @@ def _layer_norm(layer, inputs):
     int8 SQUARED_DIFFERENCE outside XNNPACK with a slow kernel. Here the same
     function is `(x - mean) * (inverse * gamma) + beta`, with the variance
     the mean of `(x - mean) * (x - mean)`, and the tests' model stays as
-    close to Keras' as before (BUILD.md, 2026-11-25). In float32 it is also
-    fewer ops, and Ti/16 runs faster (BUILD.md, 2026-11-26).
+    close to Keras' as before. In float32 it is also fewer ops, and runs
+    faster (BUILD.md, "Export and serving").
     """
     x = ops.cast(inputs, "float32")
     centered = x - ops.mean(x, axis=-1, keepdims=True)
@@ -264,21 +295,21 @@ def non_builtin_ops(tflite_bytes):
 def _operators(tflite_bytes):
     """`(name, custom?, float32 output?)` of every op in every subgraph (a scanned model's loop body too).
 
-    Read from the flatbuffer: the interpreter lists only the first subgraph.
-    A builtin is named as in LiteRT (`"FULLY_CONNECTED"`), a custom op by its
-    code (`"FlexErf"`).
+    Read from the flatbuffer by LiteRT's own reader (`ai_edge_litert.tools.flatbuffer_utils`): the
+    interpreter lists only the first subgraph. A builtin is named as in LiteRT
+    (`"FULLY_CONNECTED"`), a custom op by its code (`"FlexErf"`).
     """
-    from tensorflow.lite.python import schema_py_generated as schema
+    from ai_edge_litert.tools import flatbuffer_utils
 
-    model = schema.ModelT.InitFromPackedBuf(bytearray(tflite_bytes), 0)
-    names = {code: name for name, code in vars(schema.BuiltinOperator).items() if name.isupper()}
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(tflite_bytes))
     for subgraph in model.subgraphs:
         for op in subgraph.operators:
-            code = model.operatorCodes[op.opcodeIndex]
-            builtin = max(code.builtinCode, code.deprecatedBuiltinCode)  # the schema's rule for old files
-            custom = builtin == schema.BuiltinOperator.CUSTOM
-            outputs = [subgraph.tensors[index].type for index in op.outputs if index >= 0]
-            yield code.customCode.decode() if custom else names[builtin], custom, schema.TensorType.FLOAT32 in outputs
+            name = flatbuffer_utils.opcode_to_name(model, op.opcodeIndex)
+            custom = name == "CUSTOM"
+            if custom:
+                name = model.operatorCodes[op.opcodeIndex].customCode.decode()
+            types = [flatbuffer_utils.type_to_name(subgraph.tensors[index].type) for index in op.outputs if index >= 0]
+            yield name, custom, "FLOAT32" in types
 
 
 def make_interpreter(tflite_bytes, num_threads=None, delegates=True, allocate=True):
@@ -468,6 +499,8 @@ def export_tflite(
     metadata = dict(metadata or {})
 
     tflite_bytes = convert(model, quantize, representative_images)
+    if quantize == "int8":
+        _warn_if_few(len(verify_images), "verified")
     result = verify(tflite_bytes, model, verify_images)
     failures = _refuse_unless_forced(quantize, result, force)
     result = {
@@ -531,7 +564,8 @@ def _refuse_unless_forced(quantize, result, force):
 def _input_and_output(model):
     """The `input` and `output` entries of metadata.json: what every variant takes and returns."""
     return {
-        "input": {"shape": list(input_shape(model)), "dtype": "float32", "range": list(Preprocessing.for_model(model).input_range)},
+        "input": {"shape": list(input_shape(model)), "dtype": "float32",
+                  "range": list(Preprocessing.for_model(model).input_range)},
         "output": {
             "shape": [1, int(model.output_shape[-1])],
             "dtype": "float32",

@@ -1,42 +1,56 @@
-"""keras_vit: the Vision Transformer as Keras 3 layers and builders."""
+"""keras_vit: the Vision Transformer as Keras 3 layers and builders.
 
-from keras_vit._version import __version__
+`import keras_vit` loads neither Keras nor TensorFlow: each public name is imported from its module on first
+use (`keras_vit.ViT_B16`, `from keras_vit import ViT_B16`), so `keras_vit.config` and `keras_vit.variants`
+serve command lines that check their flags before TensorFlow starts. The Keras classes register for
+`keras.models.load_model` as soon as Keras is imported (`keras_vit._registration`).
+"""
+
+import importlib
+import importlib.util
+
 from keras_vit._clash import warn_if_shadowed
-from keras_vit import analysis, layers, pretrained
-from keras_vit.analysis import (
-    attention_maps,
-    attention_rollout,
-    embedding_filter_components,
-    intermediates,
-    mean_attention_distance,
-    position_embedding_similarity,
-    rollout_map,
-)
-from keras_vit.config import ViTConfig
-from keras_vit.checkpoints import config_from_checkpoint, load_checkpoint, load_npz, save_npz
-from keras_vit.imagenet import decode_predictions
-from keras_vit.model import (
-    DeiT_B16,
-    DeiT_S16,
-    DeiT_Ti16,
-    R26_ViT_B32,
-    R26_ViT_S32,
-    R50_ViT_B16,
-    R50_ViT_L32,
-    R_ViT_Ti16,
-    ViT,
-    ViTModel,
-    ViT_B8,
-    ViT_B16,
-    ViT_B32,
-    ViT_H14,
-    ViT_L16,
-    ViT_L32,
-    ViT_S16,
-    ViT_S32,
-    ViT_Ti16,
-)
-from keras_vit.preprocessing import preprocess_input, resize_and_center_crop
-from keras_vit.variants import decode_variant
+from keras_vit._registration import register_with_keras
+from keras_vit._version import __version__
 
+# Each public name and the module it comes from; a module's own name stands for the module.
+_SOURCES = {
+    "keras_vit.analysis": ("attention_maps", "attention_rollout", "embedding_filter_components", "intermediates",
+                           "mean_attention_distance", "position_embedding_similarity", "rollout_map"),
+    "keras_vit.checkpoints": ("config_from_checkpoint", "load_checkpoint", "load_npz", "save_npz", "save_timm",
+                              "save_transformers"),
+    "keras_vit.config": ("ViTConfig",),
+    "keras_vit.imagenet": ("decode_predictions",),
+    "keras_vit.model": ("DeiT_B16", "DeiT_S16", "DeiT_Ti16", "R26_ViT_B32", "R26_ViT_S32", "R50_ViT_B16",
+                        "R50_ViT_L32", "R_ViT_Ti16", "ViT", "ViTModel", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_H14",
+                        "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16"),
+    "keras_vit.preprocessing": ("preprocess_input", "resize_and_center_crop"),
+    "keras_vit.saving": ("load_model",),
+    "keras_vit.variants": ("decode_variant",),
+}
+_MODULES = {"analysis": "keras_vit.analysis", "layers": "keras_vit.layers",
+            "pretrained": "keras_vit.checkpoints.pretrained"}
+_LAZY = {**{name: module for module, names in _SOURCES.items() for name in names}, **_MODULES}
+
+__all__ = sorted([*_LAZY, "__version__", "warn_if_shadowed"])
+
+
+def __getattr__(name):
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # a submodule, as `import keras_vit.NAME` gives
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *_LAZY})
+
+
+register_with_keras()
 warn_if_shadowed()

@@ -9,21 +9,48 @@ what it is.
 The defaults are the official google-research/vision_transformer numerics.
 Fields marked "timm" exist so timm / Hugging Face checkpoints load with their
 own conventions (`vision_transformer.py` of timm).
+
+Each field declares its help and its role once, in its metadata: the role
+tuples below (`CONVENTION_FIELDS`, ...), the checks in `__post_init__` and the
+trainer's flag help are read from there. This module imports neither Keras nor
+TensorFlow, so a command line can check a configuration before either starts.
 """
 
 import dataclasses
 import math
-import numbers
 
-from keras_vit.layers.utils import check_choice, to_pair
+from keras_vit.checks import check_bool, check_choice, check_count, check_float, to_pair
 
-CLASSIFIERS = ("token", "gap")
+CLASSIFIERS = ("token", "gap", "map")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d", "none")
 INTERPOLATIONS = ("bilinear", "bicubic")
 # What `keras_vit.preprocess_input` makes of [0, 255] by default: [-1, 1].
 OFFICIAL_MEAN = OFFICIAL_STD = (0.5, 0.5, 0.5)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+# The roles of the fields.
+ARCHITECTURE = "architecture"  # the shapes of the weights
+CONVENTION = "convention"  # what given weights compute, beyond their shapes
+RESOLUTION = "resolution"  # the input grid; the same weights serve another one (tables resampled)
+TRAINING = "training"  # training only: the same weights compute the same function whatever they are
+DATA = "data"  # what the dataset of a training run decides
+ROLES = (ARCHITECTURE, CONVENTION, RESOLUTION, TRAINING, DATA)
+# The forms of tuple fields: (height, width), one int for a square; one float per channel; ints.
+PAIR, PER_CHANNEL_FORM, INTS = "pair", "per_channel", "ints"
+
+
+def _field(default, role, help_text, *, form=None, choices=None, low=None, high=None, low_open=False, optional=False):
+    """A ViTConfig field: its default, role (one of ROLES), help, and what `__post_init__` accepts.
+
+    form: PAIR, PER_CHANNEL_FORM or INTS for tuples; choices: the accepted strings; low, high, low_open: the
+    numeric bounds ([low, high), (low, high) when low_open); optional: None is accepted (means "none").
+    """
+    if role not in ROLES:
+        raise ValueError(f"`role` must be one of {ROLES}; received role={role!r}")
+    metadata = {"help": help_text, "role": role, "form": form, "choices": choices, "low": low, "high": high,
+                "low_open": low_open, "optional": optional}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,115 +66,79 @@ class ViTConfig:
     """
 
     # --- encoder
-    # Patch size in pixels (of the ResNet stem's feature map for hybrids).
-    patch_size: tuple = (16, 16)
-    # Token width D.
-    hidden_size: int = 768
-    # Hidden width of each MLP.
-    mlp_dim: int = 3072
-    # Attention heads per block.
-    num_heads: int = 12
-    # Encoder blocks.
-    num_layers: int = 12
-    # (height, width) the position tables are made for.
-    image_size: tuple = (224, 224)
-    # Input channels.
-    channels: int = 3
+    patch_size: tuple = _field((16, 16), ARCHITECTURE, "Patch size in pixels (of the ResNet stem's feature map for "
+                               "hybrids); one int for a square.", form=PAIR)
+    hidden_size: int = _field(768, ARCHITECTURE, "Token width D.", low=1)
+    mlp_dim: int = _field(3072, ARCHITECTURE, "Hidden width of each MLP.", low=1)
+    num_heads: int = _field(12, ARCHITECTURE, "Attention heads per block.", low=1)
+    num_layers: int = _field(12, ARCHITECTURE, "Encoder blocks.", low=1)
+    image_size: tuple = _field((224, 224), RESOLUTION, "(height, width) the position tables are made for; one int "
+                               "for a square.", form=PAIR)
+    channels: int = _field(3, DATA, "Input channels.", low=1)
 
     # --- tokens and positions
-    # How the encoded sequence becomes one vector: "token" (the class token)
-    # or "gap" (mean of the patch tokens).
-    classifier: str = "token"
-    # Whether a class token is prepended. None: exactly when classifier="token".
-    # timm's global_pool="avg" models may keep one and leave it out of the mean.
-    class_token: bool = None
-    # DeiT's distillation token, after the class token, with its own head
-    # ("head_dist"); at inference the two heads' logits are averaged (then the activation).
-    distilled: bool = False
-    # learned_1d, learned_2d, sincos_2d, relative, relative_2d or none.
-    position_embedding: str = "learned_1d"
-    # timm's `no_embed_class`: the learned_1d table covers the patches only and
-    # the class token gets no position.
-    no_embed_class: bool = False
-    # How position tables are resampled to another grid: "bilinear"
-    # (corner-aligned, official) or "bicubic" (timm's).
-    interpolation: str = "bilinear"
-    # Accept any resolution at call time (tables resampled in the graph).
-    dynamic_image_size: bool = False
+    classifier: str = _field("token", CONVENTION, "How the encoded sequence becomes one vector: 'token' (the class "
+                             "token), 'gap' (mean of the patch tokens) or 'map' (a learned probe's attention over the "
+                             "patch tokens: big_vision's MAP head).", choices=CLASSIFIERS)
+    # timm's global_pool="avg" models may keep a class token and leave it out of the mean.
+    class_token: bool = _field(None, CONVENTION, "Whether a class token is prepended; None: exactly when "
+                               "classifier='token'.")
+    distilled: bool = _field(False, CONVENTION, "DeiT's distillation token, after the class token, with its own "
+                             "head ('head_dist'); at inference the two heads' logits are averaged (then the "
+                             "activation).")
+    num_register_tokens: int = _field(0, ARCHITECTURE, "Register tokens (timm's `reg_tokens`): learned prefix "
+                                      "tokens after the class token, left out of pooling; they get a position "
+                                      "exactly when the class token does (no_embed_class).", low=0)
+    position_embedding: str = _field("learned_1d", CONVENTION, "Position embedding: " + ", ".join(POSITION_EMBEDDINGS)
+                                     + ".", choices=POSITION_EMBEDDINGS)
+    no_embed_class: bool = _field(False, CONVENTION, "timm's `no_embed_class`: the learned_1d table covers the "
+                                  "patches only and the class token gets no position.")
+    interpolation: str = _field("bilinear", RESOLUTION, "How position tables are resampled to another grid: "
+                                "'bilinear' (corner-aligned, official) or 'bicubic' (timm's).", choices=INTERPOLATIONS)
+    dynamic_image_size: bool = _field(False, RESOLUTION, "Accept any resolution at call time (tables resampled in "
+                                      "the graph).")
 
     # --- blocks
-    # LayerNorm epsilon (1e-6 in the official code and timm).
-    layer_norm_epsilon: float = 1e-6
-    # GELU by its tanh approximation (Flax's default, the official checkpoints)
-    # or exact (erf; PyTorch's default, timm's checkpoints).
-    gelu_approximate: bool = True
-    # Dropout after embeddings, attention and in the MLPs.
-    dropout_rate: float = 0.0
-    # Dropout on attention weights.
-    attention_dropout_rate: float = 0.0
-    # Stochastic depth of the last block; earlier blocks rise linearly from 0.
-    drop_path_rate: float = 0.0
-    # Hold the blocks' weights stacked in one ScannedEncoder run by a loop.
-    scan_layers: bool = False
-    # Recompute each block in the backward pass instead of keeping its activations (less memory in
-    # training, the same gradients; inference is unchanged).
-    remat: bool = False
+    layer_norm_epsilon: float = _field(1e-6, CONVENTION, "LayerNorm epsilon (1e-6 in the official code and timm).",
+                                       low=0.0, low_open=True)
+    gelu_approximate: bool = _field(True, CONVENTION, "GELU by its tanh approximation (Flax's default, the official "
+                                    "checkpoints) or exact (erf; PyTorch's default, timm's checkpoints).")
+    dropout_rate: float = _field(0.0, TRAINING, "Dropout after embeddings, attention and in the MLPs.",
+                                 low=0.0, high=1)
+    attention_dropout_rate: float = _field(0.0, TRAINING, "Dropout on attention weights.", low=0.0, high=1)
+    drop_path_rate: float = _field(0.0, TRAINING, "Stochastic depth of the last block; earlier blocks rise "
+                                   "linearly from 0.", low=0.0, high=1)
+    scan_layers: bool = _field(False, TRAINING, "Hold the blocks' weights stacked in one ScannedEncoder run by a "
+                               "loop.")
+    remat: bool = _field(False, TRAINING, "Recompute each block in the backward pass instead of keeping its "
+                         "activations (less memory in training, the same gradients; inference is unchanged).")
 
     # --- head
-    # timm's `fc_norm`: the final LayerNorm is applied to the pooled vector
-    # ("fc_norm") instead of to the sequence ("encoder_norm").
-    fc_norm: bool = False
-    # Width of the tanh `pre_logits` layer (ImageNet-21k pre-training); None for none.
-    representation_size: int = None
-    # Classes of the head; 0 for a model without one (features only).
-    classes: int = 1000
+    fc_norm: bool = _field(False, CONVENTION, "timm's `fc_norm`: the final LayerNorm is applied to the pooled "
+                           "vector ('fc_norm') instead of to the sequence ('encoder_norm').")
+    representation_size: int = _field(None, ARCHITECTURE, "Width of the tanh `pre_logits` layer (ImageNet-21k "
+                                      "pre-training); None (the trainer's 0) for none.", low=1, optional=True)
+    classes: int = _field(1000, DATA, "Classes of the head; 0 for a model without one (features only).", low=0)
 
     # --- hybrids
-    # Bottleneck units per stage of a ResNet stem in front; None for none,
-    # () for the root block alone.
-    resnet_num_layers: tuple = None
-    # Channel multiplier of the stem.
-    resnet_width_factor: float = 1.0
+    resnet_num_layers: tuple = _field(None, ARCHITECTURE, "Bottleneck units per stage of a ResNet stem in front "
+                                      "(comma-separated); None for none, () for the root block alone.",
+                                      form=INTS, low=1, optional=True)
+    resnet_width_factor: float = _field(1.0, ARCHITECTURE, "Channel multiplier of the ResNet stem.",
+                                        low=0.0, low_open=True)
 
     # --- input
-    # Per-channel mean and std, in [0, 1] pixel units, the weights expect:
-    # inputs are (pixels / 255 - mean) / std (`keras_vit.preprocess_input`).
-    input_mean: tuple = OFFICIAL_MEAN
-    input_std: tuple = OFFICIAL_STD
+    input_mean: tuple = _field(OFFICIAL_MEAN, CONVENTION, "Per-channel mean, in [0, 1] pixel units, the weights "
+                               "expect: inputs are (pixels / 255 - mean) / std (keras_vit.preprocess_input).",
+                               form=PER_CHANNEL_FORM)
+    input_std: tuple = _field(OFFICIAL_STD, CONVENTION, "Per-channel standard deviation, in [0, 1] pixel units, the "
+                              "weights expect (see input_mean).", form=PER_CHANNEL_FORM)
 
     def __post_init__(self):
-        fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
-        fix("patch_size", to_pair(self.patch_size, "patch_size"))
-        fix("image_size", to_pair(self.image_size, "image_size"))
-        for name in ("hidden_size", "mlp_dim", "num_heads", "num_layers", "channels"):
-            _check_int(name, getattr(self, name), low=1)
-        _check_int("classes", self.classes, low=0)
-        if self.representation_size is not None:
-            _check_int("representation_size", self.representation_size, low=1)
-        check_choice(self.classifier, CLASSIFIERS, "classifier")
-        check_choice(self.position_embedding, POSITION_EMBEDDINGS, "position_embedding")
-        check_choice(self.interpolation, INTERPOLATIONS, "interpolation")
         if self.class_token is None:
-            fix("class_token", self.classifier == "token")
-        for name in ("class_token", "distilled", "no_embed_class", "dynamic_image_size", "gelu_approximate",
-                     "scan_layers", "remat", "fc_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"`{name}` must be a bool; received {name}={getattr(self, name)!r}")
-        for name, high in (("dropout_rate", 1), ("attention_dropout_rate", 1), ("drop_path_rate", 1)):
-            _check_float(name, getattr(self, name), 0.0, high)
-        _check_float("layer_norm_epsilon", self.layer_norm_epsilon, 0.0, None, low_open=True)
-        _check_float("resnet_width_factor", self.resnet_width_factor, 0.0, None, low_open=True)
-        if self.resnet_num_layers is not None:
-            fix("resnet_num_layers", tuple(self.resnet_num_layers))
-            for units in self.resnet_num_layers:
-                _check_int("resnet_num_layers", units, low=1)
-        for name in ("input_mean", "input_std"):
-            value = tuple(float(v) for v in getattr(self, name))
-            if (len(value) != self.channels or not all(map(math.isfinite, value))
-                    or (name == "input_std" and min(value) <= 0)):
-                raise ValueError(f"`{name}` must hold {self.channels} finite floats (one per channel)"
-                                 f"{', each > 0' if name == 'input_std' else ''}; received {name}={getattr(self, name)!r}")
-            fix(name, value)
+            object.__setattr__(self, "class_token", self.classifier == "token")
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, _checked(field, getattr(self, field.name), self.channels))
         self._check_combinations()
 
     def _check_combinations(self):
@@ -160,6 +151,9 @@ class ViTConfig:
             raise ValueError("distilled=True (DeiT) reads a class token and a distillation token, each by its own "
                              f"head; received classifier={self.classifier!r}, representation_size="
                              f"{self.representation_size}, fc_norm={self.fc_norm}")
+        if self.distilled and self.num_register_tokens:
+            raise ValueError("distilled=True (DeiT) has no register tokens (timm's DeiT neither); received "
+                             f"num_register_tokens={self.num_register_tokens}")
         if self.no_embed_class and self.position_embedding != "learned_1d":
             raise ValueError("`no_embed_class` is a property of learned_1d tables; received "
                              f"position_embedding={self.position_embedding!r}")
@@ -182,19 +176,18 @@ class ViTConfig:
     @property
     def token_size(self):
         """Pixels per token: the patch, times the stem's output stride for hybrids."""
-        from keras_vit.layers.resnet_stem import output_stride
-
         stride = 1 if self.resnet_num_layers is None else output_stride(self.resnet_num_layers)
         return (self.patch_size[0] * stride, self.patch_size[1] * stride)
 
     @property
     def grid_size(self):
         """(rows, cols) of the patch grid at `image_size`."""
-        return tuple(size // token for size, token in zip(self.image_size, self.token_size))
+        return tuple(size // token for size, token in zip(self.image_size, self.token_size, strict=True))
 
     @property
     def num_prefix_tokens(self):
-        return int(self.class_token) + int(self.distilled)
+        """Tokens before the patches: class, distillation, register tokens."""
+        return int(self.class_token) + int(self.distilled) + self.num_register_tokens
 
     def replace(self, **changes):
         """A copy with `changes`; unknown names raise a TypeError naming them."""
@@ -220,17 +213,29 @@ class ViTConfig:
 
 
 FIELDS = {field.name: field for field in dataclasses.fields(ViTConfig)}
+
+
+def _with(**metadata):
+    """The names of the fields whose metadata holds `metadata`, in field order."""
+    return tuple(name for name, field in FIELDS.items()
+                 if all(field.metadata[key] == value for key, value in metadata.items()))
+
+
 # (height, width) fields, one int for a square; per-channel float fields.
-PAIRS = ("patch_size", "image_size")
-PER_CHANNEL = ("input_mean", "input_std")
+PAIRS = _with(form=PAIR)
+PER_CHANNEL = _with(form=PER_CHANNEL_FORM)
 # Fields that decide what given weights compute, beyond their shapes: a checkpoint and a model it
 # starts must agree on them (`differing_conventions`).
-CONVENTION_FIELDS = ("classifier", "class_token", "distilled", "no_embed_class", "position_embedding",
-                     "gelu_approximate", "fc_norm", "layer_norm_epsilon", "input_mean", "input_std")
+CONVENTION_FIELDS = _with(role=CONVENTION)
 # Fields a dataset decides for a training run.
-DATA_FIELDS = ("classes", "channels")
+DATA_FIELDS = _with(role=DATA)
 # Fields that shape training only: the same weights compute the same function whatever they are.
-TRAINING_FIELDS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat")
+TRAINING_FIELDS = _with(role=TRAINING)
+
+
+def output_stride(resnet_num_layers):
+    """Pixels per feature-map position of a ResNet stem: 4 from the root, x2 per stage after the first."""
+    return 4 * 2 ** max(len(resnet_num_layers) - 1, 0)
 
 
 def differing_conventions(config, other):
@@ -244,14 +249,33 @@ def differing_conventions(config, other):
     return [name for name in CONVENTION_FIELDS if not same(getattr(config, name), getattr(other, name))]
 
 
-def _check_int(name, value, low):
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low:
-        raise ValueError(f"`{name}` must be an int >= {low}; received {name}={value!r}")
+def _checked(field, value, channels):
+    """`value` of `field` as ViTConfig holds it, checked against the field's type and metadata."""
+    name, meta = field.name, field.metadata
+    if value is None and meta["optional"]:
+        return None
+    if meta["form"] == PAIR:
+        return to_pair(value, name)
+    if meta["form"] == INTS:
+        return tuple(check_count(units, name, meta["low"]) for units in tuple(value))
+    if meta["form"] == PER_CHANNEL_FORM:
+        return _per_channel(name, value, channels)
+    if meta["choices"]:
+        return check_choice(value, meta["choices"], name)
+    if field.type is bool:
+        return check_bool(value, name)
+    if field.type is int:
+        return check_count(value, name, meta["low"])
+    if field.type is float:
+        return check_float(value, name, meta["low"], meta["high"], meta["low_open"])
+    raise TypeError(f"ViTConfig field {name!r} of type {field.type!r} declares no check")
 
 
-def _check_float(name, value, low, high, low_open=False):
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if low_open else value >= low) and (high is None or value < high)
-    if not ok:
-        bounds = f"{'(' if low_open else '['}{low}, {'inf)' if high is None else f'{high})'}"
-        raise ValueError(f"`{name}` must be a float in {bounds}; received {name}={value!r}")
+def _per_channel(name, value, channels):
+    floats = tuple(float(v) for v in value)
+    if len(set(floats)) == 1:  # one value for every channel (the default 0.5) fits any channel count
+        floats = floats[:1] * channels
+    if len(floats) != channels or not all(map(math.isfinite, floats)) or (name == "input_std" and min(floats) <= 0):
+        raise ValueError(f"`{name}` must hold {channels} finite floats (one per channel)"
+                         f"{', each > 0' if name == 'input_std' else ''}; received {name}={value!r}")
+    return floats

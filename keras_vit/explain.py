@@ -31,44 +31,33 @@ _CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of the image befor
 flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
 
 
-def load_model(path):
-    """A keras_vit model with its `vit_config`: a `.keras` file, or any checkpoint."""
-    import keras
-
-    import keras_vit
-
-    if not str(path).endswith(".keras"):
-        return keras_vit.ViT.from_checkpoint(path)
-    model = keras.models.load_model(path, compile=False)
-    if getattr(model, "vit_config", None) is None:
-        raise ValueError(f"{path} holds no ViTConfig (a .keras file written before keras_vit models carried "
-                         "one): save the model again with this keras_vit")
-    return model
-
-
 def read_image(path, config, crop_fraction):
     """`(pixels, inputs)`: the image at the model's size as uint8 for display, and normalised for the model."""
+    import keras
     import numpy as np
-    import tensorflow as tf
 
     import keras_vit
     from keras_vit import image_formats
 
     data = pathlib.Path(path).read_bytes()
-    header = image_formats.header(data)
-    image_format = image_formats.image_format(header)
-    if image_format < 0:
-        raise ValueError(f"--image={path!r} is not a {image_formats.FORMATS} image (starts with {data[:8]!r})")
-    if image_formats.is_animated_webp(header, image_format):
-        raise ValueError(f"--image={path!r} is an animated WebP, which TensorFlow cannot decode as one image: "
-                         "save one frame (as a still WebP, PNG or JPEG)")
-    try:
-        image = image_formats.decode(data, config.channels)
-    except tf.errors.InvalidArgumentError as error:
-        name = image_formats.NAMES[image_format]
-        raise ValueError(f"--image={path!r} is a damaged {name} image: {error.message}") from error
+    problem = image_formats.header_problem(data[:image_formats.HEADER_BYTES])
+    if problem:
+        raise ValueError(f"--image={path!r} is {problem}: save it as a still WebP, PNG or JPEG")
+    tf = image_formats.tf
+    if tf is None:  # TensorFlow absent: Pillow decodes, keras.ops resizes
+        try:
+            image = image_formats.decode_with_pillow(data, config.channels)
+        except ValueError as error:
+            raise ValueError(f"--image={path!r}: {error}") from error
+    else:  # as the trainer and the exported model decode
+        try:
+            image = image_formats.decode(data, config.channels)
+        except tf.errors.InvalidArgumentError as error:
+            name = image_formats.NAMES[image_formats.format_of_bytes(data)]
+            raise ValueError(f"--image={path!r} is a damaged {name} image: {error.message}") from error
     resized = keras_vit.resize_and_center_crop(image, config.image_size, crop_fraction)
-    pixels = np.clip(np.round(resized.numpy()), 0, 255).astype(np.uint8)
+    resized = resized.numpy() if tf is not None and tf.is_tensor(resized) else keras.ops.convert_to_numpy(resized)
+    pixels = np.clip(np.round(resized), 0, 255).astype(np.uint8)
     return pixels, keras_vit.preprocess_input(pixels[None], config=config)
 
 
@@ -125,6 +114,7 @@ def main(argv):
     except ValueError as error:
         raise app.UsageError(str(error)) from error
     from keras_vit import figures
+    from keras_vit.saving import load_model
 
     try:
         model = load_model(_MODEL.value)

@@ -51,7 +51,7 @@ def rollout_figure(pixels, rollout, predictions, head_fusion):
         ax.set_xticks([])
         ax.set_yticks([])
     if predictions:
-        names, probabilities = zip(*predictions[::-1])
+        names, probabilities = zip(*predictions[::-1], strict=True)
         axes[2].barh(range(len(names)), probabilities, color="tab:blue")
         axes[2].set_yticks(range(len(names)), names)
         axes[2].set_xlim(0, 1)
@@ -110,7 +110,7 @@ def filters_figure(components, ratios):
     figure, axes = plt.subplots(rows, cols, figsize=(1.6 * cols, 1.8 * rows + 0.6), squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
-    for k, (component, ratio) in enumerate(zip(components, ratios)):
+    for k, (component, ratio) in enumerate(zip(components, ratios, strict=True)):
         low, high = component.min(), component.max()
         shown = (component - low) / (high - low) if high > low else np.zeros_like(component)
         ax = axes.flat[k]

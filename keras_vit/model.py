@@ -4,18 +4,21 @@ The model of Dosovitskiy et al., "An Image is Worth 16x16 Words" (ICLR
 2021), following google-research/vision_transformer (`models_vit.py`) so its
 checkpoints load one to one, with the `keras.applications` signature. The
 builder is a composition of named steps: input, embedding, encoder, pooling,
-head; each reads the `ViTConfig`.
+head; each reads the `ViTConfig`. The steps up to the encoder (`image_input`,
+`patch_grid`, `token_sequence`, `encode`) are public: networks built on the
+ViT's own layers, such as masked patch prediction (`keras_vit.mpp`), compose them.
 """
 
 import logging
 
 import keras
 
-from keras_vit import checkpoints, positions, pretrained
+from keras_vit import checkpoints, positions, preprocessing
 from keras_vit import layers as vit_layers
+from keras_vit.checks import check_choice
 from keras_vit.config import FIELDS, IMAGENET_MEAN, IMAGENET_STD, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
-from keras_vit.layers.utils import check_choice
+from keras_vit.layers.scanned_encoder import block_name
 from keras_vit.variants import VARIANTS
 
 POOLINGS = (None, "token", "avg", "max")
@@ -31,7 +34,7 @@ class ViTModel(keras.Model):
     """
 
     # *args/**kwargs: Keras serialises a functional subclass only when its
-    # constructor looks like Functional's (keras/src/models/functional.py).
+    # constructor looks like that of Keras' Functional class.
     def __init__(self, *args, vit_config=None, **kwargs):
         super().__init__(*args, **kwargs)
         if isinstance(vit_config, dict):
@@ -41,11 +44,28 @@ class ViTModel(keras.Model):
     def make_train_function(self, force=False):
         # Keras' TensorFlow trainer builds an unbuilt optimizer inside the first traced step when no
         # tf.distribute strategy is set, and tf.function traces a step that creates variables twice:
-        # built here, the first step is traced once (S/16: 5 s less; BUILD.md).
+        # built here, the first step is traced once, which shortens it (BUILD.md).
         if keras.backend.backend() == "tensorflow" and self.optimizer is not None and not self.optimizer.built:
             with self.distribute_strategy.scope():
                 self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force)
+
+    def predict(self, x, *args, check_input_range=True, **kwargs):
+        """Keras' `predict`, with two checks where `x` is one array (numpy or a tensor).
+
+        An empty batch gives empty outputs (Keras' own loop fails on one). With
+        `check_input_range`, images that `preprocess_input` did not scale (raw
+        pixels) raise ValueError naming the range expected and received, and a
+        batch scaled twice draws a warning (`keras_vit.preprocessing.check_input_range`).
+        Datasets and generators pass unchecked; a layer-level check would be a
+        graph assertion, which XLA compiles away.
+        """
+        if hasattr(x, "shape") and hasattr(x, "dtype") and self.vit_config is not None and len(x.shape) == 4:
+            if check_input_range:
+                preprocessing.check_input_range(x, self.vit_config, "ViTModel.predict's images")
+            if not x.shape[0]:
+                return keras.tree.map_structure(keras.ops.convert_to_numpy, self(x, training=False))
+        return super().predict(x, *args, **kwargs)
 
     def get_config(self):
         config = super().get_config()
@@ -85,7 +105,8 @@ def _with_input_shape(config, input_shape, input_tensor, explicit_size):
                              f"image_size={config.image_size} and input_shape={input_shape}")
         changes["image_size"] = spatial
     elif not config.dynamic_image_size:
-        raise ValueError(f"An input of unknown height or width needs dynamic_image_size=True; received input_shape={input_shape}")
+        raise ValueError("An input of unknown height or width needs dynamic_image_size=True; "
+                         f"received input_shape={input_shape}")
     return config.replace(**changes)
 
 
@@ -95,7 +116,8 @@ def _channel_changes(config, channels):
         raise ValueError(f"input_shape has {channels} channels, but the configuration normalises its "
                          f"{config.channels} channels differently (input_mean={config.input_mean}, "
                          f"input_std={config.input_std}): pass input_mean and input_std for {channels} channels")
-    return dict(channels=channels, input_mean=config.input_mean[:1] * channels, input_std=config.input_std[:1] * channels)
+    return dict(channels=channels, input_mean=config.input_mean[:1] * channels,
+                input_std=config.input_std[:1] * channels)
 
 
 def _check_top(config, include_top, pooling):
@@ -111,7 +133,7 @@ def _check_top(config, include_top, pooling):
     return include_top
 
 
-def _image_input(config, input_tensor):
+def image_input(config, input_tensor=None):
     """`(inputs, images)`: the model's Input(s) and the image tensor its layers start from."""
     height, width = (None, None) if config.dynamic_image_size else config.image_size
     shape = (height, width, config.channels)
@@ -128,10 +150,10 @@ def _image_input(config, input_tensor):
 
 def _embed(config, images):
     """Images to the token sequence: [stem], patches, [class token], positions, dropout."""
-    return _tokens(config, _patches(config, images))
+    return token_sequence(config, patch_grid(config, images))
 
 
-def _patches(config, images):
+def patch_grid(config, images):
     """Images to the `(batch, height, width, hidden)` grid of patch embeddings, behind the stem of a hybrid."""
     features = images
     if config.resnet_num_layers is not None:
@@ -140,7 +162,7 @@ def _patches(config, images):
     return vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, name="patch_embedding")(features)
 
 
-def _tokens(config, patches):
+def token_sequence(config, patches):
     """The patch grid to the token sequence: [class token], positions, dropout."""
     prefix = _prefix_tokens(config, patches)
     # A kind that biases attention lives in the blocks; this layer then only assembles the sequence.
@@ -157,17 +179,20 @@ def _tokens(config, patches):
 
 
 def _prefix_tokens(config, patches):
-    """The class token, and DeiT's distillation token after it; None without a class token."""
-    if not config.class_token:
-        return None
-    prefix = vit_layers.ClassToken(name="class_token")(patches)
+    """The class token, DeiT's distillation token or the register tokens after it (timm's order); None for none."""
+    prefix = []
+    if config.class_token:
+        prefix.append(vit_layers.ClassToken(name="class_token")(patches))
     if config.distilled:
-        distillation = vit_layers.DistillationToken(name="distillation_token")(patches)
-        prefix = keras.layers.Concatenate(axis=1, name="prefix_tokens")([prefix, distillation])
-    return prefix
+        prefix.append(vit_layers.DistillationToken(name="distillation_token")(patches))
+    if config.num_register_tokens:
+        prefix.append(vit_layers.RegisterTokens(config.num_register_tokens, name="register_tokens")(patches))
+    if len(prefix) < 2:
+        return prefix[0] if prefix else None
+    return keras.layers.Concatenate(axis=1, name="prefix_tokens")(prefix)
 
 
-def _encode(config, tokens):
+def encode(config, tokens):
     """The encoder blocks, unrolled or as one `ScannedEncoder`."""
     relative = config.position_embedding if positions.get(config.position_embedding).biases_attention else None
     block_config = dict(
@@ -188,7 +213,7 @@ def _encode(config, tokens):
         return vit_layers.ScannedEncoder(config.num_layers, block_config, name="encoder")(tokens)
     for i in range(config.num_layers):
         rate = linear_rate(config.drop_path_rate, i, config.num_layers)
-        tokens = vit_layers.EncoderBlock(**block_config, drop_path_rate=rate, name=f"encoder_block_{i}")(tokens)
+        tokens = vit_layers.EncoderBlock(**block_config, drop_path_rate=rate, name=block_name(i))(tokens)
     return tokens
 
 
@@ -198,7 +223,11 @@ def _pool(config, tokens, pooling):
     if not config.fc_norm:
         tokens = norm("encoder_norm")(tokens)
     mode = {None: config.classifier, "token": "token", "avg": "gap", "max": "max"}[pooling]
-    features = vit_layers.SequencePooling(mode, config.num_prefix_tokens, name="pooling")(tokens)
+    if mode == "map":  # big_vision's MAP head: a learned probe attends over the patch tokens
+        features = vit_layers.MAPHead(config.num_heads, config.mlp_dim, config.num_prefix_tokens,
+                                      config.layer_norm_epsilon, config.gelu_approximate, name="map_head")(tokens)
+    else:
+        features = vit_layers.SequencePooling(mode, config.num_prefix_tokens, name="pooling")(tokens)
     if config.distilled and pooling is None:  # DeiT: the distillation token's vector beside the class token's
         return [features, vit_layers.SequencePooling("distillation", config.num_prefix_tokens,
                                                      name="distillation_pooling")(tokens)]
@@ -215,7 +244,7 @@ def _head(config, features, classifier_activation, name="head"):
     # Computed in the variable dtype, so logits are float32 under mixed precision.
     dtype = keras.mixed_precision.dtype_policy().variable_dtype
     if isinstance(features, list):
-        heads = [_head(config, f, None, n) for f, n in zip(features, ("head", "head_dist"))]
+        heads = [_head(config, f, None, n) for f, n in zip(features, ("head", "head_dist"), strict=True)]
         logits = keras.layers.Average(dtype=dtype, name="distilled_average")(heads)
         if classifier_activation is None:
             return logits
@@ -239,9 +268,10 @@ def ViT(
 ):
     """Builds a Vision Transformer from a `ViTConfig` and/or its fields.
 
-        image -> [ResNetStem] -> PatchEmbedding -> [ClassToken [DistillationToken]] -> PositionEmbedding
-              -> Dropout -> EncoderBlock x num_layers (or one ScannedEncoder) -> LayerNorm "encoder_norm"
-              -> SequencePooling -> [LayerNorm "fc_norm"] -> [Dense tanh "pre_logits"] -> Dense "head"
+        image -> [ResNetStem] -> PatchEmbedding -> [ClassToken [DistillationToken | RegisterTokens]]
+              -> PositionEmbedding -> Dropout -> EncoderBlock x num_layers (or one ScannedEncoder)
+              -> LayerNorm "encoder_norm" -> SequencePooling (or MAPHead "map_head", `classifier="map"`)
+              -> [LayerNorm "fc_norm"] -> [Dense tanh "pre_logits"] -> Dense "head"
               (DeiT, `distilled=True`: the distillation token's Dense "head_dist" beside it, averaged)
 
     Args:
@@ -293,8 +323,8 @@ def ViT(
     include_top = _check_top(config, include_top, pooling)
     if not include_top:
         config = config.replace(classes=0)
-    inputs, images = _image_input(config, input_tensor)
-    tokens = _encode(config, _embed(config, images))
+    inputs, images = image_input(config, input_tensor)
+    tokens = encode(config, _embed(config, images))
     outputs = _pool(config, tokens, None if include_top else pooling)
     if include_top:
         outputs = _head(config, outputs, classifier_activation)
@@ -302,7 +332,7 @@ def ViT(
         outputs = keras.layers.Average(name="distilled_features")(outputs)
     model = ViTModel(inputs, outputs, vit_config=config, name=name)
     if weights is not None:
-        load_weights(model, weights)
+        checkpoints.load_weights(model, weights)
     return model
 
 
@@ -317,7 +347,7 @@ def head_input(model):
     if "distillation_pooling" in names:
         pooled = [model.get_layer(name).output for name in ("pooling", "distillation_pooling")]
         return keras.layers.Average(name="distilled_features")(pooled), "distilled_features"
-    for name in ("pre_logits", "fc_norm", "pooling"):
+    for name in ("pre_logits", "fc_norm", "pooling", "map_head"):
         if name in names:
             return model.get_layer(name).output, name
     return None
@@ -346,45 +376,8 @@ def outputs_probabilities(model):
     )
 
 
-def from_checkpoint(path, *, include_top=None, classifier_activation="softmax", name=None, **overrides):
-    """Builds the model a checkpoint describes and loads it: `ViT.from_checkpoint(path)`.
-
-    Args:
-        path: an official `.npz` (local, `gs://`, `https://`), or a timm /
-            Hugging Face `.safetensors` file or hub directory.
-        include_top: bool. Defaults to True when the file has a head.
-        classifier_activation: the head's activation. Defaults to "softmax".
-        name: the model's name. Defaults to the file's stem.
-        **overrides: `ViTConfig` fields that differ from the file's, e.g.
-            `image_size=384` (position tables resized), `classes=10` (a new
-            head at zero), `representation_size=None` (pre_logits dropped),
-            `drop_path_rate=0.1`.
-
-    Returns:
-        A `ViTModel` with the checkpoint's weights.
-    """
-    # One read: the file's configuration and its arrays (a B/16 file is 330 MB).
-    config, arrays = checkpoints.read_checkpoint(path, overrides.get("image_size"), overrides.get("num_heads"))
-    model = ViT(config.replace(**overrides), include_top=include_top, classifier_activation=classifier_activation,
-                name=name or checkpoints.checkpoint_stem(path))
-    return checkpoints.load_arrays(model, arrays, str(path), overridden=tuple(overrides))
-
-
-ViT.from_checkpoint = from_checkpoint
-
-
-def load_weights(model, weights):
-    """Loads `weights` into `model`: a checkpoint (`.npz`, `.safetensors`, hub directory) or `*.weights.h5`."""
-    if not checkpoints.is_weights_file(weights):
-        raise ValueError(
-            "`weights` must be None, the path or URL of a checkpoint (official '.npz', timm / Hugging Face "
-            "'.safetensors' or model directory), a Keras '.weights.h5' file, or (in a named builder such as "
-            f"ViT_B16) the name of pretrained weights; received weights={weights!r}"
-        )
-    if str(weights).endswith(".weights.h5"):
-        model.load_weights(str(weights))
-    else:
-        checkpoints.load_checkpoint(model, weights)
+# The model a checkpoint describes, with its weights (keras_vit/checkpoints/__init__.py).
+ViT.from_checkpoint = checkpoints.from_checkpoint
 
 
 BASE_DOCSTRING = """Builds {title}.
@@ -400,8 +393,8 @@ BASE_DOCSTRING = """Builds {title}.
         include_top: bool. Add the classification head. Defaults to True.
         weights: None, the name of pretrained weights (e.g.
             `"augreg_in21k_ft_in1k"`, `"imagenet21k"`; see
-            `keras_vit.pretrained.table()`), or a path or URL of an `.npz`
-            or `.weights.h5` file. Named weights set the defaults of
+            `keras_vit.checkpoints.pretrained.table()`), or a path or URL of an
+            `.npz` or `.weights.h5` file. Named weights set the defaults of
             `image_size`, `representation_size` and `classes` to the file's.
             Defaults to None.
         input_tensor: optional Keras tensor to use as the image input.
@@ -442,8 +435,9 @@ def _named_builder(variant):
         **kwargs,
     ):
         kwargs.setdefault("name", builder_name.lower())
-        if weights is not None and not checkpoints.is_weights_file(weights):
-            entry = pretrained.resolve(variant, weights)
+        resolved = None if weights is None else checkpoints.resolve_weights(weights, variant)
+        if resolved is not None and resolved.entry is not None:
+            entry = resolved.entry
             if input_shape is None and input_tensor is None:
                 kwargs.setdefault("image_size", entry.image_size)
             kwargs.setdefault("representation_size", entry.representation_size)

@@ -60,14 +60,15 @@ def mpp_network(config, input_shape=None, seed=None, name="vit_mpp"):
     if config.resnet_num_layers is not None:
         raise ValueError("Masked patch prediction corrupts pixel patches, which a hybrid's ResNet stem mixes; "
                          f"received resnet_num_layers={config.resnet_num_layers}: use a plain ViT")
-    inputs, images = vit_model._image_input(config, None)
-    corrupted, chosen = PatchCorruption(seed=seed, name="patch_corruption")(vit_model._patches(config, images))
-    tokens = vit_model._encode(config, vit_model._tokens(config, corrupted))
+    inputs, images = vit_model.image_input(config)
+    corrupted, chosen = PatchCorruption(seed=seed, name="patch_corruption")(vit_model.patch_grid(config, images))
+    tokens = vit_model.encode(config, vit_model.token_sequence(config, corrupted))
     norm_name = "mpp_norm" if config.fc_norm else "encoder_norm"  # with fc_norm the ViT norms after pooling
     tokens = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=norm_name)(tokens)
     patch_tokens = tokens[:, config.num_prefix_tokens:]
     logits = keras.layers.Dense(colour_classes(config.channels), kernel_initializer="zeros",
-                                dtype=keras.mixed_precision.dtype_policy().variable_dtype, name="mpp_head")(patch_tokens)
+                                dtype=keras.mixed_precision.dtype_policy().variable_dtype,
+                                name="mpp_head")(patch_tokens)
     chosen = keras.layers.Reshape((-1,), name="chosen_patches")(chosen)
     return vit_model.ViTModel(inputs, {"logits": logits, "chosen": chosen}, vit_config=config, name=name)
 

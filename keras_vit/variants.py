@@ -2,7 +2,10 @@
 
 Widths, depths and heads are Table 1 of Dosovitskiy et al. (2021) for
 Base, Large and Huge, and Table 1 of Touvron et al. (2021, DeiT) for Tiny and
-Small (as also used by Steiner et al., 2021, "How to train your ViT?").
+Small (as also used by Steiner et al., 2021, "How to train your ViT?"); Medium
+and giant are Table 2 of Zhai et al. (2022, "Scaling Vision Transformers"),
+the sizes of timm's `vit_medium_*` and `vit_giant_*` (its checkpoint reader
+takes its sizes from this table).
 A variant name is `"<size>/<patch>"`, e.g. `"B/16"`; a hybrid puts its
 ResNet stem in front, `"R50+B/16"` (Section 3.1 and Appendix B.1 of the paper;
 the stems of `vit_jax/configs/models.py`). A hybrid's "/16" is the total
@@ -21,7 +24,7 @@ class Size:
 
     # Token width D.
     hidden_size: int
-    # Hidden width of each MLP (4 * D everywhere).
+    # Hidden width of each MLP (4 * D, but for giant's 6144).
     mlp_dim: int
     # Attention heads per block.
     num_heads: int
@@ -32,9 +35,11 @@ class Size:
 SIZES = {
     "Ti": Size(hidden_size=192, mlp_dim=768, num_heads=3, num_layers=12),
     "S": Size(hidden_size=384, mlp_dim=1536, num_heads=6, num_layers=12),
+    "M": Size(hidden_size=512, mlp_dim=2048, num_heads=8, num_layers=12),
     "B": Size(hidden_size=768, mlp_dim=3072, num_heads=12, num_layers=12),
     "L": Size(hidden_size=1024, mlp_dim=4096, num_heads=16, num_layers=24),
     "H": Size(hidden_size=1280, mlp_dim=5120, num_heads=16, num_layers=32),
+    "g": Size(hidden_size=1408, mlp_dim=6144, num_heads=16, num_layers=40),
 }
 
 
@@ -65,7 +70,7 @@ def decode_variant(variant):
     """Returns the `ViTConfig` of a variant such as `"B/16"` or `"R50+B/16"`.
 
     Args:
-        variant: str. `"<size>/<patch>"` with size in Ti, S, B, L, H, or a
+        variant: str. `"<size>/<patch>"` with size in Ti, S, M, B, L, H, g, or a
             hybrid `"<stem>+<size>/<total stride>"`.
 
     Returns:

@@ -20,11 +20,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: end-to-end tests that take tens of seconds")
 
 
-# The files that take minutes, longest first (tests/ durations on a 2-core CPU): run ahead of the rest, so
+# The files that take minutes, longest first (by their measured durations): run ahead of the rest, so
 # that no worker is left running one alone at the end. pytest-xdist's `--dist loadfile` hands out whole files
 # in collection order (pytest.ini turns off its own reordering by test count).
 SLOWEST_FIRST = ("trainers/test_train.py", "test_model.py", "export/test_saved_model.py",
-                 "trainers/test_combinations.py", "export/test_serving_matrix.py", "test_run.py")
+                 "trainers/test_combinations.py", "export/test_serving_matrix.py", "test_run.py",
+                 "backends/test_backends.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -46,7 +46,7 @@ def gradients(model, images):
 
     traced = jax.jit(jax.grad(objective)).trace(trainable)  # traced once: run, and its program read
     values = traced.lower().compile()(trainable)
-    return {v.path: np.asarray(g) for v, g in zip(model.trainable_variables, values)}, traced.jaxpr
+    return {v.path: np.asarray(g) for v, g in zip(model.trainable_variables, values, strict=True)}, traced.jaxpr
 
 
 def boundary_is_exact():

@@ -47,7 +47,7 @@ def check_layer(layer, tmp_path, *args, randomize=False, **kwargs):
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         target = np.random.default_rng(0).normal(size=outputs.shape).astype("float32")
         model.fit(inputs, target, epochs=1, batch_size=len(args[0]), verbose=0)
-        for old, new in zip(before, layer.trainable_weights):
+        for old, new in zip(before, layer.trainable_weights, strict=True):
             assert not np.array_equal(old, new.numpy()), f"{new.path} did not move"
     return outputs
 

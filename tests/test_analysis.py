@@ -25,9 +25,7 @@ def scanned_twin(unrolled):
     """A scan_layers=True model holding `unrolled`'s weights (blocks stacked)."""
     scanned = keras_vit.ViT(unrolled.vit_config.replace(scan_layers=True))
     blocks = [unrolled.get_layer(f"encoder_block_{i}") for i in range(unrolled.vit_config.num_layers)]
-    for weight in scanned.get_layer("encoder").weights:
-        path = weight.name.replace(".", "/")
-        weight.assign(np.stack([next(w for w in b.weights if w.path.endswith(f"/{path}")) for b in blocks]))
+    scanned.get_layer("encoder").load_blocks(blocks)
     for layer in scanned.layers:
         if layer.name != "encoder":
             layer.set_weights(unrolled.get_layer(layer.name).get_weights())
@@ -76,7 +74,7 @@ def test_attention_maps_are_what_each_block_returns(classifier):
     maps = analysis.attention_maps(model, IMAGES)
     tokens = 6 + (classifier == "token")
     assert [m.shape for m in maps] == [(2, 2, tokens, tokens)] * 3
-    for got, expected in zip(maps, blocks_own_scores(model, IMAGES)):
+    for got, expected in zip(maps, blocks_own_scores(model, IMAGES), strict=True):
         np.testing.assert_allclose(got, expected, atol=1e-6)
     np.testing.assert_allclose(maps[-1].sum(-1), 1.0, atol=1e-5)
 
@@ -93,7 +91,8 @@ def test_attention_model_is_built_once_per_model():
 def test_scanned_model_gives_the_unrolled_models_maps_and_intermediates():
     unrolled = tiny(position_embedding="relative")
     scanned = scanned_twin(unrolled)
-    for got, expected in zip(analysis.attention_maps(scanned, IMAGES), analysis.attention_maps(unrolled, IMAGES)):
+    for got, expected in zip(analysis.attention_maps(scanned, IMAGES), analysis.attention_maps(unrolled, IMAGES),
+                             strict=True):
         np.testing.assert_allclose(got, expected, atol=1e-6)
     got, expected = (analysis.intermediates(m)(IMAGES) for m in (scanned, unrolled))
     assert sorted(got) == sorted(expected) == [f"encoder_block_{i}" for i in range(3)]

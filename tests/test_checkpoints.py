@@ -3,6 +3,8 @@ must give timm's logits (tests/fixtures/make_fixtures.py made them)."""
 
 import io
 import json
+import logging
+import os
 import pathlib
 
 import numpy as np
@@ -173,7 +175,8 @@ def test_another_architecture_is_refused_with_every_difference_named():
     with pytest.raises(ValueError) as error:
         checkpoints.load_npz(wrong, FIXTURES / "representation.npz")
     message = str(error.value)
-    assert "it looks like an unnamed configuration (hidden 64, 2 blocks, 4 heads, patch 8, 10 classes, pre_logits 32)" in message
+    assert ("it looks like an unnamed configuration "
+            "(hidden 64, 2 blocks, 4 heads, patch 8, 10 classes, pre_logits 32)") in message
     assert "Missing keys: ['Transformer/encoderblock_2/LayerNorm_0/scale'" in message
     assert "Unexpected keys: []" in message  # the pre_logits the model lacks are dropped, as official fine-tuning
 
@@ -226,8 +229,6 @@ def test_non_square_source_grid_must_be_named():
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    import tensorflow as tf
-
     model = checkpoints.load_npz(build("token"), FIXTURES / "token.npz")
     path = tmp_path / "m.npz"
     path.write_bytes(b"previous checkpoint")
@@ -235,7 +236,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypat
     def broken_rename(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(tf.io.gfile, "rename", broken_rename)
+    monkeypatch.setattr(os, "replace", broken_rename)  # a local file is renamed into place by Python
     with pytest.raises(OSError, match="disk full"):
         checkpoints.save_npz(model, path)
     assert path.read_bytes() == b"previous checkpoint" and list(tmp_path.iterdir()) == [path]
@@ -255,7 +256,8 @@ def test_describe_names_official_variants_and_hybrids():
         "ViT-B/16 (hidden 768, 12 blocks, 12 heads, patch 16, 21843 classes, pre_logits 768)")
     hybrid = {checkpoints.official_key(w.path)[0]: np.zeros(w.shape, np.float32)
               for w in keras_vit.R26_ViT_S32().weights}
-    assert checkpoints.describe(hybrid).startswith("R26+ViT-S/32 (hidden 384, 12 blocks, 6 heads, patch 1, ResNet stages (2, 2, 2, 2)")
+    assert checkpoints.describe(hybrid).startswith(
+        "R26+ViT-S/32 (hidden 384, 12 blocks, 6 heads, patch 1, ResNet stages (2, 2, 2, 2)")
     assert "no 'embedding/kernel'" in checkpoints.describe({"foo": np.zeros(1)})
 
 
@@ -373,3 +375,55 @@ def test_a_scanned_model_loads_a_stated_file_with_relative_tables(tmp_path):
     scanned = checkpoints.load_npz(keras_vit.ViT(**fields, scan_layers=True), path)
     images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     np.testing.assert_allclose(np.asarray(scanned(images)), np.asarray(source(images)), atol=1e-5)
+
+
+# Run with TensorFlow unimportable (as where it is not installed), on Keras' JAX backend.
+_WITHOUT_TENSORFLOW = """
+import json, os, sys
+sys.modules["tensorflow"] = None
+import keras
+import numpy as np
+import keras_vit
+from keras_vit import checkpoints
+
+fixtures, out = sys.argv[1], sys.argv[2]
+model = keras_vit.ViT.from_checkpoint(os.path.join(fixtures, "token.npz"), classifier_activation=None)
+io = np.load(os.path.join(fixtures, "token_io.npz"))
+error = float(np.abs(keras.ops.convert_to_numpy(model(io["images"])) - io["logits"]).max())
+again = keras_vit.ViT.from_checkpoint(checkpoints.save_npz(model, os.path.join(out, "m.npz")))
+same = all(np.array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+           for a, b in zip(model.weights, again.weights))
+try:
+    checkpoints.read_npz("gs://bucket/m.npz")
+    remote = None
+except ImportError as exc:
+    remote = str(exc)
+tensorflow = sorted(name for name, module in sys.modules.items() if name.split(".")[0] == "tensorflow" and module)
+print(json.dumps(dict(backend=keras.backend.backend(), error=error, same=same, remote=remote, tensorflow=tensorflow)))
+"""
+
+
+def test_official_files_load_and_save_without_tensorflow(tmp_path):
+    # A JAX or PyTorch user's environment has no TensorFlow: local files are read and written by Python alone,
+    # and only a path with a scheme asks for TensorFlow, by name.
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, str(FIXTURES), str(tmp_path)], env=env,
+                            cwd=pathlib.Path(__file__).parent.parent, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["backend"] == "jax" and found["tensorflow"] == []
+    assert found["error"] < ATOL and found["same"]
+    assert "gs://bucket/m.npz" in found["remote"] and "install tensorflow" in found["remote"]
+
+
+def test_a_dropped_representation_layer_is_said_once_at_warning(caplog):
+    # An ImageNet-21k file (pre_logits + head) loaded for fine-tuning: one line saying what happened.
+    with caplog.at_level(logging.INFO):
+        model = keras_vit.ViT.from_checkpoint(FIXTURES / "representation.npz", representation_size=None, classes=3)
+    said = [r for r in caplog.records if "at zero" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING", caplog.text
+    assert "pre_logits layer and the head that read it are dropped" in said[0].getMessage()
+    assert not model.get_layer("head").kernel.numpy().any()

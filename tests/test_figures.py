@@ -93,3 +93,47 @@ def test_a_figure_outside_a_region_is_refused(repo):
                                             "A 4096 x 4096 image, 8x8 digits, 1e-5: not figures.\n")
     assert figures.check(repo) == [f"docs/guide.md:1: '{figure}' is written outside a figures region"
                                    for figure in ("1.16x", "12 ms", "3,027 MB")]
+
+
+def test_the_targets_table_follows_its_json(repo):
+    (repo / "README.md").write_text("<!-- figures:targets -->\n<!-- /figures:targets -->\n")
+    figures.rewrite(repo)
+
+    def row(target):
+        (line,) = [line for line in (repo / "README.md").read_text().splitlines() if line.startswith(f"| {target} |")]
+        return [cell.strip() for cell in line.strip("|").split("|")]
+
+    fp32 = "LiteRT fp32, Ti/16 batch 1 >= 2.5 x the SavedModel"
+    path = repo / figures.RESULTS / "export_latency_cpu.json"
+    data = json.loads(path.read_text())
+    (speed_up,) = [r["speed_up_over_saved_model"] for r in data["results"]
+                   if (r["variant"], r["runtime"]) == ("Ti/16", "tflite none")]
+    # Four columns: target, measured, met, link.
+    assert len(row(fp32)) == 4 and row(fp32)[3] == "[export latency](docs/performance.md#export-latency)"
+    speed_up.update(median=2.6, min=2.2, max=2.9)  # met at the median, not in every round
+    path.write_text(json.dumps(data))
+    figures.rewrite(repo)
+    assert row(fp32)[1:3] == ["2.60 (2.20-2.90)", "median only"]
+    speed_up.update(min=2.5)
+    path.write_text(json.dumps(data))
+    figures.rewrite(repo)
+    assert row(fp32)[1:3] == ["2.60 (2.50-2.90)", "yes"]
+
+    limit = "B/16 inference batch 8 >= 0.90 of the matmul limit"
+    path = repo / figures.RESULTS / "suite_cpu_jax.json"
+    suite = json.loads(path.read_text())
+    (target,) = [t for t in suite["targets"] if "fraction of matmul limit" in t["target"]]
+    target.update(measured=0.5, met=False)
+    path.write_text(json.dumps(suite))
+    figures.rewrite(repo)
+    assert row(limit)[1].endswith("JAX 0.50") and row(limit)[2] in ("no", "TF yes, JAX no")
+
+
+def test_a_targets_row_whose_json_lacks_it_is_named(repo):
+    path = repo / figures.RESULTS / "suite_gpu_jax.json"
+    suite = json.loads(path.read_text())
+    suite["targets"] = []
+    path.write_text(json.dumps(suite))
+    (repo / "README.md").write_text("<!-- figures:targets -->\n<!-- /figures:targets -->\n")
+    with pytest.raises(figures.FiguresError, match=r"suite_gpu_jax.json has no target matching"):
+        figures.rewrite(repo)

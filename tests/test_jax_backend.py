@@ -23,7 +23,8 @@ def _gradients(model, images):
     with tf.GradientTape() as tape:
         objective = tf.reduce_sum(model(images, training=False) * COTANGENT)
     variables = model.trainable_variables
-    return {v.path: tf.convert_to_tensor(g).numpy() for v, g in zip(variables, tape.gradient(objective, variables))}
+    gradients = tape.gradient(objective, variables)
+    return {v.path: tf.convert_to_tensor(g).numpy() for v, g in zip(variables, gradients, strict=True)}
 
 
 @pytest.mark.slow

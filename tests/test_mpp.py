@@ -68,7 +68,8 @@ def _hand_targets(pixels, patch):
             for j in range(width // patch):
                 mean = pixels[b, i * patch:(i + 1) * patch, j * patch:(j + 1) * patch].reshape(-1, channels).mean(0)
                 levels = [min(int(np.floor(m / 255 * 8)), 7) for m in mean]
-                out[b, i * (width // patch) + j] = sum(level * 8 ** (channels - 1 - c) for c, level in enumerate(levels))
+                out[b, i * (width // patch) + j] = sum(level * 8 ** (channels - 1 - c)
+                                                       for c, level in enumerate(levels))
     return out
 
 
@@ -109,7 +110,7 @@ def test_network_predicts_every_patch_and_its_backbone_carries_the_weights(field
     backbone = mpp.backbone(network)
     assert backbone.output_shape == (None, fields.get("representation_size", 16)) and backbone.vit_config.classes == 0
     for a, b in zip(backbone.get_layer("encoder_block_0").get_weights(),
-                    network.get_layer("encoder_block_0").get_weights()):
+                    network.get_layer("encoder_block_0").get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
     # Fine-tuning starts from the backbone's official file: the encoder as pre-trained, the head at zero.
     keras_vit.save_npz(backbone, tmp_path / "mpp.npz")

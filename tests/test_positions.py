@@ -102,11 +102,12 @@ def test_keys_round_trip_through_a_file_and_name_one_kind(tmp_path, name):
                           classes=0, position_embedding=name)
     arrays = checkpoints.read_npz(checkpoints.save_npz(model, tmp_path / "m.npz"))
     kind = positions.get(name)
-    layer = model.get_layer("encoder_block_1").attention if kind.biases_attention else model.get_layer("position_embedding")
+    layer = (model.get_layer("encoder_block_1").attention if kind.biases_attention
+             else model.get_layer("position_embedding"))
     block = 1 if kind.biases_attention else 0
     assert {n: t.shape for n, t in kind.file_tables(arrays, block).items()} == \
         {n: tuple(getattr(layer, n).shape) for n in kind.weight_names}
-    for n in kind.weight_names:  # checkpoints.RULES holds the kind's keys
+    for n in kind.weight_names:  # checkpoints.official.RULES holds the kind's keys
         assert checkpoints.official_key(getattr(layer, n).path)[0] == kind.checkpoint_keys[n].format(block=block)
         assert positions.is_table(getattr(layer, n).path)
     assert not positions.is_table("encoder_block_0/attention/query_kernel")

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import checkpoints, pretrained
+from keras_vit import checkpoints
+from keras_vit.checkpoints import pretrained
 from keras_vit.variants import decode_variant
 from tests.layer_checks import randomize_weights
 
@@ -47,7 +48,8 @@ def test_the_traps_are_recorded():
 
 
 def test_unknown_name_lists_what_exists():
-    with pytest.raises(ValueError, match=r"No pretrained weights named 'imagenet' for ViT-B/16; available: \[.*'augreg_in21k'"):
+    with pytest.raises(ValueError,
+                       match=r"No pretrained weights named 'imagenet' for ViT-B/16; available: \[.*'augreg_in21k'"):
         pretrained.resolve("B/16", "imagenet")
 
 
@@ -75,7 +77,8 @@ def test_fetch_downloads_once_into_the_keras_cache(server, tmp_path, monkeypatch
     (site / "token.npz").write_bytes((FIXTURES / "token.npz").read_bytes())
     path = pretrained.fetch(base + "token.npz")
     port = urllib.parse.urlparse(base).port
-    assert pathlib.Path(path) == tmp_path / "home" / "vit_models" / f"127.0.0.1_{port}" / "vit_models" / "augreg" / "token.npz"
+    assert pathlib.Path(path) == (tmp_path / "home" / "vit_models" / f"127.0.0.1_{port}" / "vit_models" / "augreg"
+                                  / "token.npz")
     assert pathlib.Path(path).read_bytes() == (FIXTURES / "token.npz").read_bytes()
     (site / "token.npz").unlink()  # the second call must not need the server
     assert pretrained.fetch(base + "token.npz") == path
@@ -174,7 +177,11 @@ def test_named_weights_load_from_the_cache(tmp_path, monkeypatch, caplog):
         tuned = keras_vit.ViT_Ti16(weights="augreg_in21k_ft_in1k", classes=10, image_size=288)
     assert tuned.get_layer("position_embedding").embedding.shape == (1, 1 + 18 * 18, 192)
     assert not tuned.get_layer("head").kernel.numpy().any()
-    assert "re-initialised" in caplog.text and "resized" in caplog.text
+    assert "resized" in caplog.text
+    restarts = [r for r in caplog.records if "at zero" in r.getMessage()]
+    assert len(restarts) == 1 and restarts[0].levelname == "WARNING", caplog.text
+    assert "head (192, 1000) does not fit" in restarts[0].getMessage()
+    assert "head (192, 10) starts at zero" in restarts[0].getMessage()
 
 
 def test_the_weights_url_form_downloads_then_loads(server, tmp_path, monkeypatch):

@@ -31,12 +31,13 @@ def _gradients(remat, jit_compile, **fields):
 STOCHASTIC = dict(dropout_rate=0.2, attention_dropout_rate=0.2, drop_path_rate=0.3)
 
 
-@pytest.mark.parametrize("fields, jit_compile", [(STOCHASTIC, False), (STOCHASTIC, True), (dict(scan_layers=True), False)],
+@pytest.mark.parametrize("fields, jit_compile",
+                         [(STOCHASTIC, False), (STOCHASTIC, True), (dict(scan_layers=True), False)],
                          ids=["unrolled-stochastic", "unrolled-stochastic-xla", "scanned"])
 def test_remat_gives_the_same_gradients(fields, jit_compile):
     plain, recomputed = _gradients(False, jit_compile, **fields), _gradients(True, jit_compile, **fields)
     assert max(np.abs(g).max() for g in plain) > 0.1
-    for a, b in zip(plain, recomputed):
+    for a, b in zip(plain, recomputed, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 

@@ -28,8 +28,11 @@ def test_bicubic_rows_sum_to_one_and_use_a_minus_0_5(in_size, out_size):
     # Output 1 sits at input coordinate (1 + .5) * in / out - .5; the antialiased kernel (a = -0.5,
     # PyTorch's with antialias=True) is stretched by in / out when shrinking, and every tap here exists.
     a, stretch = -0.5, max(in_size / out_size, 1)
-    cubic = lambda x: np.where(x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
-                               np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0))
+
+    def cubic(x):
+        return np.where(x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+                        np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0))
+
     weights = cubic(np.abs(np.arange(in_size) - ((1 + 0.5) * in_size / out_size - 0.5)) / stretch)
     np.testing.assert_allclose(matrix[1], weights / weights.sum(), atol=1e-12)
 

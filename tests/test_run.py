@@ -14,7 +14,6 @@ import pytest
 from benchmarks import run
 from tests.processes import run_together
 
-
 # gpu: bf16, XLA and torch.compile, here on the CPU, on Keras' JAX backend as the lent GPU machines run it
 # (its TensorFlow-backend form shares every code path the two cases cover, so CI's time goes elsewhere).
 SUITES = [("cpu", "tensorflow"), ("gpu", "jax")]
@@ -34,7 +33,8 @@ def test_tiny_suites_alternate_keras_vit_and_timm_and_write_json(tmp_path):
         commands.append([sys.executable, "-m", "benchmarks.run", f"--suite={suite}", "--tiny",
                          f"--out={folder / 'suite.json'}", f"--keras_vit_python={sys.executable}"])
         envs.append(env)
-    for (suite, backend), result in zip(SUITES, run_together(commands, timeout=1200, envs=envs, cwd=run.ROOT)):
+    results = run_together(commands, timeout=1200, envs=envs, cwd=run.ROOT)
+    for (suite, backend), result in zip(SUITES, results, strict=True):
         check_tiny_suite(suite, backend, tmp_path / suite, result)
 
 

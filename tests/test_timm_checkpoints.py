@@ -1,4 +1,4 @@
-"""timm / Hugging Face safetensors checkpoints (`keras_vit.timm_format`) against timm's own outputs.
+"""timm / Hugging Face safetensors checkpoints (`keras_vit.checkpoints.timm`) against timm's own outputs.
 
 The fixtures in tests/fixtures/timm/ were written by timm itself
 (`make_timm_fixtures.py`: `save_for_hf`, seeded random weights, timm's logits);
@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit import checkpoints, timm_format
+from keras_vit import checkpoints
+from keras_vit.checkpoints import timm
+from keras_vit.checkpoints.safetensors import read_safetensors
 from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "timm")
@@ -73,7 +75,7 @@ def write_safetensors(path, tensors):
 
 
 def augreg_tensors():
-    return timm_format.read_safetensors(os.path.join(FIXTURES, "augreg", "model.safetensors"))
+    return read_safetensors(os.path.join(FIXTURES, "augreg", "model.safetensors"))
 
 
 def augreg_copy(tmp_path, tensors, with_config=True):
@@ -88,7 +90,7 @@ def augreg_copy(tmp_path, tensors, with_config=True):
 # ---------------------------------------------------------------- configuration
 def test_read_gives_the_timm_models_config():
     for case, (path, expected) in CASES.items():
-        config, _ = timm_format.read(os.path.join(FIXTURES, path))
+        config, _ = timm.read(os.path.join(FIXTURES, path))
         assert {name: getattr(config, name) for name in expected} == expected, case
 
 
@@ -103,9 +105,9 @@ def test_architecture_table_is_what_timm_builds():
         timm_built = json.load(f)["architectures"]
     for name, facts in timm_built.items():
         if not facts["qkv_bias"] or facts["layer_scale"]:
-            assert name not in timm_format.ARCHITECTURES, name  # keras_vit cannot represent these
+            assert name not in timm.ARCHITECTURES, name  # keras_vit cannot represent these
             continue
-        args = timm_format.ARCHITECTURES[name]
+        args = timm.ARCHITECTURES[name]
         size = args["img_size"]
         ours = dict(embed_dim=args["embed_dim"], depth=args["depth"], num_heads=args["num_heads"],
                     mlp_dim=int(args["embed_dim"] * args.get("mlp_ratio", 4.0)),
@@ -113,13 +115,13 @@ def test_architecture_table_is_what_timm_builds():
                     class_token=args.get("class_token", True), global_pool=args.get("global_pool", "token"),
                     fc_norm=bool(args.get("fc_norm")), no_embed_class=False, distilled=args.get("distilled", False))
         assert ours == {key: facts[key] for key in ours}, name
-    assert set(timm_format.ARCHITECTURES) <= set(timm_built)
+    assert set(timm.ARCHITECTURES) <= set(timm_built)
 
 
 # ---------------------------------------------------------------- weights
 def test_fused_qkv_splits_into_official_query_key_value_per_head():
     tensors = augreg_tensors()
-    _, arrays = timm_format.read(os.path.join(FIXTURES, "augreg"))
+    _, arrays = timm.read(os.path.join(FIXTURES, "augreg"))
     attention = "Transformer/encoderblock_1/MultiHeadDotProductAttention_1/"
     qkv_w, qkv_b = tensors["blocks.1.attn.qkv.weight"], tensors["blocks.1.attn.qkv.bias"]
     for part, name in enumerate(("query", "key", "value")):
@@ -135,8 +137,8 @@ def test_fused_qkv_splits_into_official_query_key_value_per_head():
 
 
 def test_fc_norm_is_written_under_its_extension_keys():
-    tensors = timm_format.read_safetensors(os.path.join(FIXTURES, "gap_fc_norm", "model.safetensors"))
-    _, arrays = timm_format.read(os.path.join(FIXTURES, "gap_fc_norm"))
+    tensors = read_safetensors(os.path.join(FIXTURES, "gap_fc_norm", "model.safetensors"))
+    _, arrays = timm.read(os.path.join(FIXTURES, "gap_fc_norm"))
     np.testing.assert_array_equal(arrays["fc_norm/scale"], tensors["fc_norm.weight"])
     assert "Transformer/encoder_norm/scale" not in arrays
 
@@ -154,7 +156,7 @@ def test_from_checkpoint_gives_timms_logits(case):
 @pytest.mark.parametrize("case", ["augreg", "gap_fc_norm", "no_embed_class"])
 def test_read_then_load_arrays_gives_timms_logits(case):
     path, io = fixture(case)
-    config, arrays = timm_format.read(path)
+    config, arrays = timm.read(path)
     model = keras_vit.ViT(config, classifier_activation=None)
     checkpoints.load_arrays(model, arrays, path)
     logits = model(keras_vit.preprocess_input(io["images"], config=config))
@@ -171,8 +173,8 @@ def test_headless_orig_in21k_gives_timms_pooled_features():
 def test_odd_width_without_config_needs_num_heads_and_reads_with_it(tmp_path):
     path = augreg_copy(tmp_path, augreg_tensors(), with_config=False)
     with pytest.raises(ValueError, match=r"model\.safetensors.*width 64.*pass num_heads"):
-        timm_format.read(path)
-    config, _ = timm_format.read(path, num_heads=4)
+        timm.read(path)
+    config, _ = timm.read(path, num_heads=4)
     assert (config.num_heads, config.classifier, config.classes) == (4, "token", 10)
 
 
@@ -182,7 +184,7 @@ def test_reader_converts_bf16_f16_f64_and_keeps_shapes(tmp_path):
     bf16 = (values.view(np.uint32) >> 16).astype("<u2")  # exact for these values' top bits
     path = write_safetensors(tmp_path / "a.safetensors", {
         "bf16": ("BF16", (2, 3), bf16.tobytes()), "f16": values.astype(np.float16), "f64": values.astype(np.float64)})
-    tensors = timm_format.read_safetensors(path)
+    tensors = read_safetensors(path)
     np.testing.assert_array_equal(tensors["bf16"], (bf16.astype(np.uint32) << 16).view(np.float32))
     assert tensors["bf16"].dtype == np.float32 and tensors["bf16"][0, 1] == -2.5
     assert tensors["f16"].dtype == np.float16 and tensors["f64"].dtype == np.float64
@@ -192,7 +194,7 @@ def test_reader_converts_bf16_f16_f64_and_keeps_shapes(tmp_path):
 def test_unsupported_dtype_names_the_tensor_and_dtype(tmp_path):
     path = write_safetensors(tmp_path / "a.safetensors", {"steps": ("I64", (1,), b"\0" * 8)})
     with pytest.raises(ValueError, match=r"a\.safetensors.*'steps'.*I64"):
-        timm_format.read_safetensors(path)
+        read_safetensors(path)
 
 
 def test_truncated_file_names_the_file_and_what_was_expected(tmp_path):
@@ -202,25 +204,25 @@ def test_truncated_file_names_the_file_and_what_was_expected(tmp_path):
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(data[:-100])
     with pytest.raises(ValueError, match=r"cut\.safetensors is truncated: tensor .* needs bytes up to"):
-        timm_format.read_safetensors(cut)
+        read_safetensors(cut)
     short = tmp_path / "short.safetensors"
     short.write_bytes(data[:5])
     with pytest.raises(ValueError, match=r"short\.safetensors is not a safetensors file: expected an 8-byte"):
-        timm_format.read_safetensors(short)
+        read_safetensors(short)
     header = tmp_path / "header.safetensors"
     header.write_bytes(data[:50])
     with pytest.raises(ValueError, match=r"header\.safetensors is truncated .* header length"):
-        timm_format.read_safetensors(header)
+        read_safetensors(header)
 
 
 def test_corrupt_header_names_the_file(tmp_path):
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes((4).to_bytes(8, "little") + b"{{{{")
     with pytest.raises(ValueError, match=r"junk\.safetensors is not a safetensors file: expected a JSON header"):
-        timm_format.read_safetensors(junk)
+        read_safetensors(junk)
     path = write_safetensors(tmp_path / "sizes.safetensors", {"w": ("F32", (2, 2), b"\0" * 12)})
     with pytest.raises(ValueError, match=r"sizes\.safetensors: tensor 'w' of shape \(2, 2\).*needs 16 bytes"):
-        timm_format.read_safetensors(path)
+        read_safetensors(path)
 
 
 def _raw_safetensors(path, header_text, data):
@@ -242,13 +244,13 @@ def test_a_header_whose_tensors_do_not_tile_the_data_is_refused(tmp_path, header
     # Each would read garbage or another tensor's bytes without a word.
     path = _raw_safetensors(tmp_path / "odd.safetensors", header, np.arange(data, dtype=np.uint8).tobytes())
     with pytest.raises(ValueError, match=r"odd\.safetensors.*" + message):
-        timm_format.read_safetensors(path)
+        read_safetensors(path)
 
 
 # ---------------------------------------------------------------- what keras_vit cannot represent
 UNSUPPORTED = (  # extra timm weights, what the message must say
     ({"blocks.0.ls1.gamma": np.ones(64, np.float32)}, r"layer scale .*ls1\.gamma"),
-    ({"reg_token": np.zeros((1, 4, 64), np.float32)}, r"register tokens"),
+    ({"attn_pool.q_norm.weight": np.ones(16, np.float32)}, r"qk-norm in the attention pooling"),
     ({"norm_pre.weight": np.ones(64, np.float32)}, r"norm_pre"),
     ({"blocks.1.attn.q_norm.weight": np.ones(16, np.float32)}, r"qk-norm"),
 )
@@ -258,7 +260,7 @@ def test_a_distillation_token_in_a_file_that_says_otherwise_is_refused(tmp_path)
     extra = {"dist_token": np.zeros((1, 1, 64), np.float32), "head_dist.weight": np.zeros((10, 64), np.float32)}
     path = augreg_copy(tmp_path, {**augreg_tensors(), **extra})
     with pytest.raises(ValueError, match=r"config\.json says distilled=False but the weights have distilled=True"):
-        timm_format.read(path)
+        timm.read(path)
 
 
 @pytest.mark.parametrize("size", ["Ti", "S", "B"])
@@ -276,7 +278,7 @@ def test_unsupported_timm_features_raise_naming_the_file_and_feature(tmp_path):
     for extra, message in UNSUPPORTED:
         path = augreg_copy(tmp_path, {**augreg_tensors(), **extra})
         with pytest.raises(ValueError, match=r"model\.safetensors has .*" + message):
-            timm_format.read(path)
+            timm.read(path)
 
 
 def test_unknown_and_missing_weights_are_listed(tmp_path):
@@ -285,23 +287,31 @@ def test_unknown_and_missing_weights_are_listed(tmp_path):
     del tensors["blocks.1.norm2.bias"]
     with pytest.raises(ValueError, match=r"missing weights: \['blocks\.1\.norm2\.bias'\]; "
                                          r"unknown weights: \['blocks\.0\.mlp\.fc1_g\.weight'\]"):
-        timm_format.read(augreg_copy(tmp_path, tensors))
+        timm.read(augreg_copy(tmp_path, tensors))
 
 
 def test_no_qkv_bias_raises(tmp_path):
     tensors = augreg_tensors()
     del tensors["blocks.0.attn.qkv.bias"]
     with pytest.raises(ValueError, match=r"qkv_bias=False.*expected blocks\.0\.attn\.qkv\.bias"):
-        timm_format.read(augreg_copy(tmp_path, tensors))
+        timm.read(augreg_copy(tmp_path, tensors))
 
 
 CONFIG_CHANGES = (  # a change to augreg's config.json, what the message must say
     (dict(architecture="vit_base_patch16_clip_224"), r"architecture 'vit_base_patch16_clip_224' is not"),
     (dict(model_args=dict(init_values=1e-5)), r"model_args \{'init_values': 1e-05\}.*cannot represent"),
-    (dict(model_args=dict(global_pool="map")), r"global_pool='map'"),
+    (dict(model_args=dict(global_pool="max")), r"global_pool='max'"),
+    (dict(model_args=dict(global_pool="map")), r"says map_head=True but the weights have map_head=False"),
+    (dict(model_args=dict(reg_tokens=2)), r"says num_register_tokens=2 but the weights have num_register_tokens=0"),
+    (dict(model_args=dict(act_layer="relu")), r"act_layer='relu'"),
     (dict(model_args=dict(embed_dim=96)), r"says hidden_size=96 but the weights have hidden_size=64"),
     (dict(model_args=dict(img_size=48)), r"6x6 patch grid .* 37 positions; the weights' pos_embed has 17"),
     (dict(model_args=dict(new_thing=1)), r"model_args \['new_thing'\] are unknown"),
+    # Numbers written as strings: a bare TypeError deep in the reader named neither file nor field.
+    (dict(model_args=dict(embed_dim="64")),
+     r"model_args.embed_dim must be an integer \(JSON numbers, unquoted\); received embed_dim='64'"),
+    (dict(num_classes="10"), r": num_classes must be an integer .*received num_classes='10'"),
+    (dict(model_args=dict(mlp_ratio="4.0")), r"model_args.mlp_ratio must be a number .*received mlp_ratio='4.0'"),
 )
 
 
@@ -315,23 +325,23 @@ def test_config_json_keras_vit_cannot_follow_raises(tmp_path):
         with open(os.path.join(path, "config.json"), "w") as f:
             json.dump(config, f)
         with pytest.raises(ValueError, match=r"config\.json.*" + message):
-            timm_format.read(path)
+            timm.read(path)
 
 
 def test_directory_without_weights_or_config_raises(tmp_path):
     with pytest.raises(ValueError, match=r"expected model\.safetensors, found \[\]"):
-        timm_format.read(tmp_path)
+        timm.read(tmp_path)
     write_safetensors(tmp_path / "model.safetensors", augreg_tensors())
     with pytest.raises(ValueError, match=r"expected config\.json beside model\.safetensors"):
-        timm_format.read(tmp_path)
+        timm.read(tmp_path)
 
 
 def test_bare_file_infers_no_embed_class_and_gap_from_shapes(tmp_path):
-    tensors = timm_format.read_safetensors(os.path.join(FIXTURES, "gap_fc_norm", "model.safetensors"))
-    config, _ = timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
+    tensors = read_safetensors(os.path.join(FIXTURES, "gap_fc_norm", "model.safetensors"))
+    config, _ = timm.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
     assert (config.classifier, config.class_token, config.fc_norm, config.no_embed_class) == ("gap", True, True, False)
-    tensors = timm_format.read_safetensors(os.path.join(FIXTURES, "no_embed_class", "model.safetensors"))
-    config, _ = timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
+    tensors = read_safetensors(os.path.join(FIXTURES, "no_embed_class", "model.safetensors"))
+    config, _ = timm.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
     assert (config.classifier, config.no_embed_class, config.grid_size) == ("token", True, (4, 4))
     assert math.prod(config.grid_size) == tensors["pos_embed"].shape[1]
 
@@ -340,7 +350,7 @@ def test_non_square_patches_keep_their_layout(tmp_path):
     tensors = augreg_tensors()
     kernel = np.random.default_rng(0).normal(size=(64, 3, 4, 16)).astype(np.float32)
     tensors["patch_embed.proj.weight"] = kernel  # 4x16 patches; the 17 positions: a 4x4 grid + class token
-    config, arrays = timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
+    config, arrays = timm.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
     assert (config.patch_size, config.image_size) == ((4, 16), (16, 64))
     np.testing.assert_array_equal(arrays["embedding/kernel"][3, 9, 2], kernel[:, 2, 3, 9])  # (ph, pw, C, D)
 
@@ -349,15 +359,15 @@ def test_bare_file_takes_image_size_where_the_table_fits_it(tmp_path):
     tensors = augreg_tensors()
     tensors["pos_embed"] = np.zeros((1, 25, 64), np.float32)  # class token + 4x6, or (no_embed_class) 5x5
     path = augreg_copy(tmp_path, tensors, with_config=False)
-    config, _ = timm_format.read(path, num_heads=4, image_size=(32, 48))
+    config, _ = timm.read(path, num_heads=4, image_size=(32, 48))
     assert (config.grid_size, config.no_embed_class) == ((4, 6), False)
     # A size the table does not fit (a resize target) leaves the square reading.
-    config, _ = timm_format.read(path, num_heads=4, image_size=64)
+    config, _ = timm.read(path, num_heads=4, image_size=64)
     assert (config.grid_size, config.no_embed_class) == ((5, 5), True)
     # A class token and a square 4x4 grid: a target size of 17 patches is a resize, not DeiT-3's layout.
     tensors["pos_embed"] = np.zeros((1, 17, 64), np.float32)
-    config, _ = timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4, image_size=(8, 136))
+    config, _ = timm.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4, image_size=(8, 136))
     assert config.no_embed_class is False
     tensors["pos_embed"] = np.zeros((1, 24, 64), np.float32)
     with pytest.raises(ValueError, match=r"model\.safetensors: pos_embed holds 24 positions, not a square grid"):
-        timm_format.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)
+        timm.read(augreg_copy(tmp_path, tensors, with_config=False), num_heads=4)

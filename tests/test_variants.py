@@ -5,13 +5,17 @@ from keras_vit.variants import decode_variant, variant_name
 
 
 def test_table_1_of_the_paper():
-    assert decode_variant("B/16") == ViTConfig(patch_size=16, hidden_size=768, mlp_dim=3072, num_heads=12, num_layers=12)
-    assert decode_variant("L/32") == ViTConfig(patch_size=32, hidden_size=1024, mlp_dim=4096, num_heads=16, num_layers=24)
-    assert decode_variant("H/14") == ViTConfig(patch_size=14, hidden_size=1280, mlp_dim=5120, num_heads=16, num_layers=32)
+    assert decode_variant("B/16") == ViTConfig(patch_size=16, hidden_size=768, mlp_dim=3072, num_heads=12,
+                                               num_layers=12)
+    assert decode_variant("L/32") == ViTConfig(patch_size=32, hidden_size=1024, mlp_dim=4096, num_heads=16,
+                                               num_layers=24)
+    assert decode_variant("H/14") == ViTConfig(patch_size=14, hidden_size=1280, mlp_dim=5120, num_heads=16,
+                                               num_layers=32)
     assert decode_variant("Ti/16").hidden_size == 192 and decode_variant("S/32").num_heads == 6
 
 
-@pytest.mark.parametrize("name", ["Ti/16", "S/32", "B/8", "L/16", "H/14", "R+Ti/16", "R26+S/32", "R50+B/16", "R50+L/32"])
+@pytest.mark.parametrize("name",
+                         ["Ti/16", "S/32", "B/8", "L/16", "H/14", "R+Ti/16", "R26+S/32", "R50+B/16", "R50+L/32"])
 def test_a_variant_is_named_back_from_its_config(name):
     assert variant_name(decode_variant(name)) == name
     assert variant_name(decode_variant(name).replace(num_layers=3)) is None

@@ -45,7 +45,7 @@ def _matrix(*entries):
 
 
 def _shift_whole_pixels(image, pixels, axis):
-    """Pixel i along `axis` takes pixel i + pixels, mirrored at the edges as TF's reflect fill does (d c b a | a b c d)."""
+    """Pixel i along `axis` takes pixel i + pixels, mirrored at the edges like TF's reflect fill (d c b a | a b c d)."""
     size = tf.shape(image)[axis]
     source = tf.math.floormod(tf.range(size) + tf.cast(pixels, tf.int32), 2 * size)
     return tf.gather(image, tf.where(source < size, source, 2 * size - 1 - source), axis=axis)

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import math
 import os
+import sys
 import zlib
 
 import numpy as np
@@ -19,7 +20,7 @@ import tensorflow as tf
 
 from keras_vit import image_formats
 from keras_vit.preprocessing import preprocess_input, resize_pixels
-from trainers import image_scan
+from trainers import image_ends, image_scan
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -38,6 +39,11 @@ class Source:
     # where the source has them, else None: the inception-crop training
     # stream decodes these, a JPEG only its crop window.
     encoded: tf.data.Dataset = None
+    # `encoded` with each example's name (its file, or its record and file)
+    # as a third element: what names an image that fails to decode mid-run.
+    named: tf.data.Dataset = None
+    # Whether an image that fails to decode mid-run is left out (logged) or stops the run, named.
+    skip_bad_images: bool = False
     # Where its examples are stored, as (file or folder, first, end) record
     # ranges: what tells two splits that share examples.
     records: tuple = ()
@@ -65,8 +71,10 @@ def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
 
     Raises ValueError, before reading any example, for an unknown dataset or
     split, a `num_classes` the dataset's metadata contradicts, TFRecord labels
-    outside [0, num_classes) and (unless `skip_bad_images`) folder images that
-    cannot be decoded. Labels are checked again as the examples stream.
+    outside [0, num_classes), a folder in another layout or of one class, and
+    (unless `skip_bad_images`, which leaves them out and counts them in
+    `Source.skipped`) folder images and TFRecord records that cannot be decoded,
+    cut ones included. Labels are checked again as the examples stream.
     """
     kind, _, rest = name.partition(":")
     if name == "keras_vit_digits" or kind == "tfds":
@@ -74,7 +82,7 @@ def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
     elif kind == "folder":
         source = _load_folder(rest, split, skip_bad_images)
     elif kind == "tfrecord":
-        source = _load_tfrecord(name, rest, split, num_classes)
+        source = _load_tfrecord(name, rest, split, num_classes, skip_bad_images)
     else:
         raise ValueError(
             "`dataset` must be 'keras_vit_digits', 'tfds:NAME', 'folder:PATH' or 'tfrecord:GLOB'; "
@@ -82,8 +90,13 @@ def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
     if num_classes and num_classes != source.num_classes:
         raise ValueError(f"`num_classes` must match the {source.num_classes} classes dataset={name!r} declares "
                          f"(or be 0 to read them); received num_classes={num_classes}")
-    encoded = None if source.encoded is None else check_labels(source.encoded, source.num_classes)
-    return dataclasses.replace(source, dataset=check_labels(source.dataset, source.num_classes), encoded=encoded)
+    named = check_labels(source.named, source.num_classes)
+    decoded = _decoded(named, source.channels, skip_bad_images)
+    if not skip_bad_images:  # known, Keras reads no more than it (else it warns "ran out of data")
+        decoded = decoded.apply(tf.data.experimental.assert_cardinality(source.num_examples))
+    return dataclasses.replace(source, dataset=decoded,
+                               encoded=named.map(lambda data, label, _: (data, label)), named=named,
+                               skip_bad_images=skip_bad_images)
 
 
 def digits_name():
@@ -110,6 +123,23 @@ def _check_split(split, splits, dataset, slices=True):
                          f"{also}") from None
 
 
+def _prepare(builder, name):
+    """Prepares a TFDS dataset, or says which one is not at hand and how to prepare it (not TFDS' traceback)."""
+    if builder.is_prepared():
+        return
+    manual = getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None)
+    how = (f"put its files in {os.path.join(builder.data_dir_root, 'downloads', 'manual')} "
+           f"as TFDS' page for {name} says, then run again" if manual else
+           f"run `tfds build {name} --data_dir={builder.data_dir_root}` where there is network access, or copy a "
+           f"prepared {name}/ folder into {builder.data_dir_root}")
+    try:
+        builder.download_and_prepare()
+    except Exception as error:  # TFDS raises AssertionError, DownloadError, OSError...: all mean "not at hand"
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"The dataset tfds:{name} is not prepared in {builder.data_dir_root} and could not be "
+                         f"prepared here ({type(error).__name__}: {first}). To prepare it, {how}") from None
+
+
 def _load_tfds(name, split, data_dir):
     import tensorflow_datasets as tfds
 
@@ -121,7 +151,7 @@ def _load_tfds(name, split, data_dir):
                          f"({str(error).splitlines()[0]} `tfds.list_builders()` lists them)") from None
     if builder.info.splits:  # known before any download for registered datasets
         _check_split(split, builder.info.splits, name)
-    builder.download_and_prepare()
+    _prepare(builder, name)
     _check_split(split, builder.info.splits, name)
     encoded = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, read_config=_read_config(),
                                  decoders={"image": tfds.decode.SkipDecoding()})
@@ -129,8 +159,10 @@ def _load_tfds(name, split, data_dir):
     channels = info.features["image"].shape[-1] or 3
     records = tuple((os.path.realpath(file.filename), file.skip, file.skip + file.take)
                     for file in info.splits[split].file_instructions)
-    return Source(_decoded(encoded, channels), info.splits[split].num_examples, info.features["label"].num_classes,
-                  channels, encoded=encoded, records=records)
+    named = encoded.enumerate().map(lambda position, example: (*example, tf.strings.join(
+        ["record ", tf.strings.as_string(position), f" of split {split!r} of tfds:{name}"])))
+    return Source(None, info.splits[split].num_examples, info.features["label"].num_classes, channels,
+                  named=named, records=records)
 
 
 def _load_folder(root, split, skip_bad_images):
@@ -139,13 +171,14 @@ def _load_folder(root, split, skip_bad_images):
     if not os.path.isdir(root):
         raise ValueError(f"dataset='folder:{root}': no such directory (expected {root}/SPLIT/LABEL/*.jpg)")
     builder = tfds.folder_dataset.ImageFolder(root)
+    _check_layout(root, split, builder)
     _check_split(split, builder.info.splits, f"folder:{root}", slices=False)  # a split is a subfolder
     bad = image_scan.scan(root, split)
+    # Cut files pass the header scan; their ends find them (`image_ends`).
+    bad.update((path, reason) for path in image_scan.image_paths(root, split) if path not in bad
+               for reason in [image_ends.file_problem(path)] if reason)
     if bad and not skip_bad_images:
-        listed = "\n".join(f"  {path}: {reason}" for path, reason in list(bad.items())[:20])
-        more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
-        raise ValueError(f"{len(bad)} of the images of split {split!r} of folder:{root} cannot be decoded:\n"
-                         f"{listed}{more}\nFix or remove them, or pass --skip_bad_images to train without them.")
+        raise ValueError(_bad_images_message(bad, f"of split {split!r} of folder:{root}"))
     num_examples = builder.info.splits[split].num_examples
     num_classes = builder.info.features["label"].num_classes
     # The raw bytes and file names, so bad files leave before any decoding.
@@ -154,48 +187,108 @@ def _load_folder(root, split, skip_bad_images):
     if bad:
         bad_paths = tf.constant(sorted(bad))
         ds = ds.filter(lambda ex: tf.logical_not(tf.reduce_any(tf.equal(ex["image/filename"], bad_paths))))
-    encoded = ds.map(lambda ex: (ex["image"], ex["label"]))
-    return Source(_decoded(encoded, 3), num_examples - len(bad), num_classes, 3, skipped=len(bad), encoded=encoded,
+    named = ds.map(lambda ex: (ex["image"], ex["label"], ex["image/filename"]))
+    return Source(None, num_examples - len(bad), num_classes, 3, skipped=len(bad), named=named,
                   records=((os.path.realpath(os.path.join(root, split)), 0, math.inf),))
 
 
-def _load_tfrecord(name, pattern, split, num_classes):
+def _bad_images_message(bad, where):
+    listed = "\n".join(f"  {name}: {reason}" for name, reason in list(bad.items())[:20])
+    more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
+    return (f"{len(bad)} of the images {where} cannot be decoded:\n{listed}{more}\n"
+            "Fix or remove them, or pass --skip_bad_images to train without them.")
+
+
+def _check_layout(root, split, builder):
+    """Refuses a split with no images in label folders, or one class: top-1 would be 1.0 whatever the model."""
+    layout = f"{root}/{split}/LABEL/IMAGE (.jpg, .jpeg or .png), one LABEL folder per class"
+    split_dir = os.path.join(root, split)
+    if not os.path.isdir(split_dir):
+        return  # `_check_split` lists the splits there are
+    labels = sorted(name for name in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, name)))
+    if split not in builder.info.splits or not builder.info.splits[split].num_examples:
+        loose = [name for name in os.listdir(split_dir) if name.lower().endswith(image_scan.EXTENSIONS)]
+        found = (f"{len(loose)} images directly in {root}/{split}" if loose
+                 else f"label folders {labels[:5]} without images" if labels else f"an empty {root}/{split}")
+        raise ValueError(f"dataset='folder:{root}' split {split!r} holds no images where they are expected: "
+                         f"expected {layout}; found {found}")
+    if builder.info.features["label"].num_classes < 2:
+        raise ValueError(f"dataset='folder:{root}' has one class ({labels[0]!r} in {root}/{split}): a classifier "
+                         f"needs at least 2 (top-1 would be 1.0 whatever it learns); expected {layout}")
+
+
+def _load_tfrecord(name, pattern, split, num_classes, skip_bad_images=False):
     if not num_classes:
         raise ValueError(f"TFRecords carry no class count: set --num_classes for dataset={name!r}")
     files = sorted(tf.io.gfile.glob(pattern.replace("{split}", split)))
     if not files:
         raise ValueError(f"No TFRecord files match {pattern.replace('{split}', split)!r} (dataset={name!r})")
-    count = sum(_scan_tfrecord_labels(path, num_classes) for path in files)
-    encoded = tf.data.TFRecordDataset(files).map(_parse_example, num_parallel_calls=AUTOTUNE, deterministic=True)
-    return Source(_decoded(encoded, 3), count, num_classes, 3, encoded=encoded,
+    counts, bad, skip = [], {}, []
+    for path in files:
+        count, cut = _scan_tfrecord(path, num_classes)
+        bad.update((f"record {record} of {path}", reason) for record, reason in cut.items())
+        skip.extend(sum(counts) + record for record in cut)
+        counts.append(count)
+    if bad and not skip_bad_images:
+        raise ValueError(_bad_images_message(bad, f"of split {split!r} of {name}"))
+    records = tf.data.Dataset.from_tensor_slices(files).flat_map(_named_records)  # TFRecordDataset(files)'s order
+    if skip:  # by position in the split, before any decoding
+        positions = tf.constant(skip, tf.int64)
+        records = records.enumerate().filter(
+            lambda position, _: tf.logical_not(tf.reduce_any(tf.equal(position, positions)))).map(lambda _, r: r)
+    named = records.map(lambda record, where: (*_parse_example(record), where), num_parallel_calls=AUTOTUNE,
+                        deterministic=True)
+    return Source(None, sum(counts) - len(skip), num_classes, 3, skipped=len(skip), named=named,
                   records=tuple((os.path.realpath(file), 0, math.inf) for file in files))
 
 
-def _scan_tfrecord_labels(path, num_classes):
-    """The number of records in `path`; raises naming the first label outside [0, num_classes)."""
-    spec = {"image/class/label": tf.io.FixedLenFeature([], tf.int64)}
-    labels = tf.data.TFRecordDataset(path).batch(4096).map(
-        lambda records: tf.io.parse_example(records, spec)["image/class/label"])
-    count = 0
-    for batch in labels.as_numpy_iterator():
-        bad = np.flatnonzero((batch < 0) | (batch >= num_classes))
+def _named_records(path):
+    """(record, "record K of PATH") of one TFRecord file."""
+    return tf.data.TFRecordDataset(path).enumerate().map(
+        lambda k, record: (record, tf.strings.join(["record ", tf.strings.as_string(k), " of ", path])))
+
+
+def _scan_tfrecord(path, num_classes):
+    """(number of records, {record: reason} for its cut images) of `path`.
+
+    Raises naming the first label outside [0, num_classes). Images whose ends are not
+    where their format puts them (`image_ends`) are decoded once here.
+    """
+    spec = {"image/class/label": tf.io.FixedLenFeature([], tf.int64),
+            "image/encoded": tf.io.FixedLenFeature([], tf.string)}
+
+    def ends(records):
+        example = tf.io.parse_example(records, spec)
+        return (example["image/class/label"], *image_ends.record_ends(example["image/encoded"]))
+
+    count, cut = 0, {}
+    for labels, headers, tails, sizes in tf.data.TFRecordDataset(path).batch(4096).map(ends).as_numpy_iterator():
+        bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
         if bad.size:
-            raise ValueError(f"Record {count + bad[0]} of {path} has label {batch[bad[0]]}: labels must be in "
+            raise ValueError(f"Record {count + bad[0]} of {path} has label {labels[bad[0]]}: labels must be in "
                              f"[0, {num_classes}) for num_classes={num_classes}")
-        count += len(batch)
-    return count
+        for i in np.flatnonzero([not image_ends.is_whole(*ends) for ends in zip(headers, tails, sizes, strict=True)]):
+            reason = image_ends.decode_problem(_record_image(path, count + i), 3)
+            if reason:
+                cut[int(count + i)] = reason
+        count += len(labels)
+    return count, cut
+
+
+def _record_image(path, record):
+    return next(iter(tf.data.TFRecordDataset(path).skip(record).take(1).map(_parse_example)))[0]
 
 
 def check_labels(ds, num_classes):
     """Fails the stream with InvalidArgument naming the label and its record's position in the split."""
 
     def check(position, example):
-        image, label = example
+        image, label, *name = example  # (image, label) or (encoded image, label, name)
         inside = tf.logical_and(label >= 0, label < num_classes)
         assertion = tf.debugging.Assert(inside, [
             "Label", label, "of record", position, f"is outside [0, {num_classes}) (num_classes={num_classes})"])
         with tf.control_dependencies([assertion]):
-            return image, tf.identity(label)
+            return image, tf.identity(label), *name
 
     return ds.enumerate().map(check, num_parallel_calls=AUTOTUNE, deterministic=True)
 
@@ -209,10 +302,71 @@ def _parse_example(record):
     return features["image/encoded"], features["image/class/label"]
 
 
-def _decoded(encoded, channels):
-    """(encoded image, label) examples -> (uint8 image, label), in order."""
-    return encoded.map(lambda data, label: (image_formats.decode(data, channels), label), num_parallel_calls=AUTOTUNE,
-                       deterministic=True)
+def _decoded(named, channels, skip_bad_images):
+    """(encoded image, label, name) examples -> (uint8 image, label), in order; see `_named_failures`."""
+    return _named_failures(named, lambda data, label: (image_formats.decode(data, channels), label),
+                          lambda data, label: (tf.zeros([0, 0, channels], tf.uint8), label), skip_bad_images)
+
+
+def _named_failures(named, transform, stand_in, skip_bad_images):
+    """`transform(*inputs)` of each `(*inputs, name)` of `named`, in order; a failing one is named.
+
+    The pre-flight scan finds cut images by their ends; one that still fails
+    here (changed since, or corrupt inside: a PNG whose middle bytes are
+    damaged) stops the stream with InvalidArgument naming it, or with
+    `skip_bad_images` is left out, named on stderr. tf.data has no
+    try/except: blocks of `_BLOCK` examples are transformed in parallel with
+    their errors dropped (`ignore_errors`), each result carrying its place in
+    the block, and a gap in the places names what failed from the block's
+    names (`stand_in(*inputs)`, of the results' structure, marks the block's
+    end). `transform` must draw only stateless randomness: each block's
+    dataset starts a stateful op's sequence afresh.
+    """
+    def block(*columns):
+        *inputs, names = columns
+        size = tf.shape(names, out_type=tf.int64)[0]
+        done = tf.data.Dataset.from_tensor_slices((tf.range(size), *inputs)).map(
+            lambda place, *x: (place, transform(*x)), num_parallel_calls=AUTOTUNE, deterministic=True)
+        end = tf.data.Dataset.from_tensors((size, stand_in(*[column[0] for column in inputs])))
+        results = done.ignore_errors().concatenate(end)
+        if skip_bad_images:
+            return (results.scan(tf.constant(0, tf.int64), functools.partial(_skip_gap, names))
+                    .filter(lambda place, _: place < size).map(lambda _, output: output))
+        # Whole, a block gives `size` results before its end; with a gap, its end is among the first `size`.
+        return results.scan(tf.constant(0, tf.int64), functools.partial(_stop_at_gap, names)).take(size)
+
+    return named.batch(_BLOCK).interleave(block, cycle_length=2, block_length=_BLOCK, num_parallel_calls=AUTOTUNE,
+                                          deterministic=True)
+
+
+# Examples per block of `_named_failures`: a block's datasets cost about as much as decoding a few images,
+# and a larger block overlaps less with the next.
+_BLOCK = 64
+
+
+def _stop_at_gap(names, expected, result):
+    """`scan` over (place, output): InvalidArgument naming the image at the first gap in the places."""
+    place, output = result
+    missing = tf.gather(names, tf.minimum(expected, tf.size(names, out_type=tf.int64) - 1))
+    check = tf.debugging.Assert(tf.equal(place, expected), [
+        "Cannot decode the image", missing, "(cut short, corrupt or an animated WebP; "
+        "keras_vit.image_formats.decode of its bytes says which): fix or remove it, or pass --skip_bad_images "
+        "to train without it"])
+    with tf.control_dependencies([check]):
+        return place + 1, tf.nest.map_structure(tf.identity, output)
+
+
+def _skip_gap(names, expected, result):
+    """`scan` over (place, output): a gap's images are named on stderr, which TF_CPP_MIN_LOG_LEVEL leaves."""
+    place, _ = result
+
+    def warn():
+        with tf.control_dependencies([tf.print("Skipped", place - expected, "image(s) that cannot be decoded "
+                                               "(--skip_bad_images):", names[expected:place],
+                                               output_stream=sys.stderr, summarize=-1)]):
+            return tf.identity(place)
+
+    return tf.cond(place > expected, warn, lambda: tf.identity(place)) + 1, result
 
 
 def _inception_window(shape, seed):
@@ -242,13 +396,11 @@ def _decode_inception_crop(data, seed, channels):
     return tf.ensure_shape(tf.cond(tf.io.is_jpeg(data), jpeg, other), [None, None, channels])
 
 
-def _train_image(image, seed, recipe, encoded_channels=None):
-    """A training image from a decoded `image`, or from its bytes when `encoded_channels` is set (inception crop)."""
+def _train_image(image, seed, recipe, cropped=False):
+    """A training image from a decoded `image`, or from its inception crop (`_decode_inception_crop`) if `cropped`."""
     size = recipe.model.image_size
     seeds = tf.random.experimental.stateless_split(seed, 4)
-    if encoded_channels:
-        image = _decode_inception_crop(image, seeds[0], encoded_channels)
-    elif recipe.train_crop == "inception":
+    if recipe.train_crop == "inception" and not cropped:
         image = tf.slice(image, *_inception_window(tf.shape(image), seeds[0]))
     image = tf.image.resize(image, size, method="bilinear")
     if recipe.random_shift:
@@ -292,7 +444,10 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps):
     tf.random.set_seed(recipe.seed)
     # Encoded, where the crop lets JPEGs decode only their window: less decoding and a shuffle buffer of bytes.
     encoded_channels = source.channels if recipe.train_crop == "inception" and source.encoded is not None else None
-    examples = source.encoded if encoded_channels else source.dataset
+    examples = source.dataset
+    if encoded_channels:  # with each image's name, for `_named_failures`
+        examples = source.named if source.named is not None else source.encoded.map(lambda data, label: (
+            data, label, tf.constant("an image of the training split")))
     count = source.num_examples
     start, stop = start_step * global_batch, (start_step + num_steps) * global_batch
     buffer = min(recipe.shuffle_buffer, count)
@@ -305,10 +460,23 @@ def train_dataset(recipe, source, global_batch, start_step, num_steps):
     tf.random.set_seed(zlib.crc32(f"{recipe.seed}/{start_step}".encode()))  # before the maps below are traced
     num_classes = source.num_classes
 
+    def seed_of(index):
+        return tf.stack([tf.constant(recipe.seed, tf.int64), index])
+
+    if encoded_channels:  # decoded by itself, the crop's seed first of `_train_image`'s four (stateless)
+        def crop(index, data, label):
+            window_seed = tf.random.experimental.stateless_split(seed_of(index), 4)[0]
+            return index, (_decode_inception_crop(data, window_seed, encoded_channels), label)
+
+        stand_in = lambda index, data, label: (index, (tf.zeros([0, 0, encoded_channels], tf.uint8), label))  # noqa: E731
+        stream = _named_failures(stream.map(lambda index, example: (index, *example)), crop, stand_in,
+                                source.skip_bad_images)
+
+    # An image skipped here (skip_bad_images) leaves the chunk a batch short: Keras ends it a step early,
+    # and the next chunk starts from the optimiser's step, as a resumed run would.
     def prepare(index, example):
         image, label = example
-        seed = tf.stack([tf.constant(recipe.seed, tf.int64), index])
-        return _train_image(image, seed, recipe, encoded_channels), label
+        return _train_image(image, seed_of(index), recipe, cropped=bool(encoded_channels)), label
 
     stream = stream.map(prepare, num_parallel_calls=AUTOTUNE, deterministic=True)
     # Exactly the chunk's batches: Keras runs whole blocks of `steps_per_execution` while data lasts,
@@ -341,6 +509,35 @@ def _shard_by_data(ds):
 
 def eval_dataset(recipe, source, global_batch):
     """The evaluation split, in order, with one-hot labels, in global batches."""
-    ds = source.dataset.map(lambda image, label: (eval_image(image, recipe), tf.one_hot(label, source.num_classes)),
+    ds = source.dataset
+    if not source.skip_bad_images:  # a count Keras knows (a held-out part's filter loses it): no "ran out" warning
+        ds = ds.apply(tf.data.experimental.assert_cardinality(source.num_examples))
+    ds = ds.map(lambda image, label: (eval_image(image, recipe), tf.one_hot(label, source.num_classes)),
                 num_parallel_calls=AUTOTUNE, deterministic=True)
     return _shard_by_data(ds.batch(global_batch).prefetch(AUTOTUNE))
+
+
+def hold_out(source, fraction, seed):
+    """`(train, validation)`: `source` with round(fraction * examples) of its examples held out, drawn by `seed`.
+
+    The draw is a numpy permutation of the example indices, so a run, its resumption and another machine
+    hold out the same examples; every stream of `source` (decoded, encoded, named) keeps its order. The two
+    parts share no example, so they carry no record ranges (`check_disjoint` compares splits).
+    """
+    count = source.num_examples
+    held = int(round(fraction * count))
+    mask = np.zeros(count, bool)
+    mask[np.random.default_rng(seed).permutation(count)[:held]] = True
+    table = tf.constant(mask)
+
+    def part(keep):
+        def pick(stream):
+            if stream is None:
+                return None
+            return stream.enumerate().filter(lambda i, _: tf.equal(tf.gather(table, i), keep)).map(lambda _, x: x)
+
+        return dataclasses.replace(source, dataset=pick(source.dataset), encoded=pick(source.encoded),
+                                   named=pick(source.named), num_examples=held if keep else count - held,
+                                   records=(), skipped=0 if keep else source.skipped)
+
+    return part(False), part(True)

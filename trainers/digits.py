@@ -46,5 +46,20 @@ class KerasVitDigits(tfds.core.GeneratorBasedBuilder):
         }
 
     def _generate_examples(self, images, labels):
-        for i, (image, label) in enumerate(zip(images, labels)):
+        for i, (image, label) in enumerate(zip(images, labels, strict=True)):
             yield i, {"image": image, "label": int(label)}
+
+
+def write_pngs(folder, split="test", data_dir=None):
+    """Writes a split's images as `folder/NNNN_LABEL.png` (real files for `python -m export --images`); their paths."""
+    import os
+
+    import tensorflow as tf
+
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for k, (image, label) in enumerate(tfds.load(NAME, split=split, data_dir=data_dir, as_supervised=True)):
+        paths.append(os.path.join(folder, f"{k:04d}_{int(label)}.png"))
+        tf.io.write_file(paths[-1], tf.io.encode_png(image))
+    return paths
+

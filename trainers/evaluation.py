@@ -1,6 +1,6 @@
 """Evaluation during training: when to stop for it, top-1/top-5 to TensorBoard, and the best checkpoint.
 
-The best checkpoint (highest evaluation top-1) lives in `model_dir/best`
+The best checkpoint (highest validation top-1) lives in `model_dir/best`
 beside the last ones in `model_dir/checkpoints`; `model_dir/best.json`
 records its step and metrics, so a resumed run keeps comparing against it.
 """
@@ -22,12 +22,11 @@ def next_stop(step, recipe, eval_every):
 
 
 class Evaluation:
-    """Evaluates on the evaluation split and writes top-1, top-5 and loss to `logs/eval`."""
+    """Evaluates on one split and writes top-1, top-5 and loss to TensorBoard under `log_dir`."""
 
-    def __init__(self, model, dataset, model_dir, is_chief):
+    def __init__(self, model, dataset, log_dir, is_chief):
         self.model, self.dataset = model, dataset
-        self.writer = (tf.summary.create_file_writer(str(model_dir / "logs" / "eval")) if is_chief
-                       else tf.summary.create_noop_writer())
+        self.writer = tf.summary.create_file_writer(str(log_dir)) if is_chief else tf.summary.create_noop_writer()
 
     def __call__(self, step):
         results = self.model.evaluate(self.dataset, verbose=0, return_dict=True)

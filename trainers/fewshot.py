@@ -36,8 +36,9 @@ import tensorflow as tf  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 
 from keras_vit.atomic_files import write_text_atomically  # noqa: E402
-from keras_vit.config import ViTConfig  # noqa: E402
 from keras_vit.model import head_input  # noqa: E402
+from keras_vit.preprocessing import input_config  # noqa: E402
+from keras_vit.saving import load_model  # noqa: E402
 from trainers import data, recipes  # noqa: E402
 
 DEFAULT_SHOTS = (1, 5, 10, 25)
@@ -65,21 +66,6 @@ def feature_extractor(model):
         raise ValueError("The model has no pre_logits / fc_norm / pooling layer and its output is not one vector "
                          f"per image; received output shape {model.output_shape}")
     return model, model.layers[-1].name
-
-
-def input_config(model):
-    """The `ViTConfig` whose image size and mean/std prepare `model`'s inputs."""
-    config = getattr(model, "vit_config", None)
-    if config is not None:
-        return config
-    # A plain keras.Model (e.g. a .keras file trainers.train wrote before models kept
-    # their config): its input shape and the official [-1, 1] scaling.
-    from export.preprocessing import native_image_size
-
-    size, channels = native_image_size(model), model.input_shape[-1]
-    logging.log_first_n(logging.WARNING, "The model carries no ViTConfig: inputs are %s px scaled to [-1, 1]", 1, size)
-    return ViTConfig(image_size=size, patch_size=size, channels=channels,
-                     input_mean=(0.5,) * channels, input_std=(0.5,) * channels)
 
 
 def features(model, dataset, batch_size=256, crop_fraction=1.0):
@@ -260,8 +246,6 @@ def check_flags(values):
 
 def open_splits(values):
     """The model and both splits, checked against each other and the shots before any feature is computed."""
-    from export.loading import load_model
-
     model = load_model(values.model)
     train = data.load(values.dataset, values.train_split, values.data_dir, 0, values.skip_bad_images)
     test = data.load(values.dataset, values.eval_split, values.data_dir, 0, values.skip_bad_images)

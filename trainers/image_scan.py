@@ -8,7 +8,7 @@ HTML error page saved as .jpg, say) in seconds even for large folders.
 
 import os
 
-from keras_vit.image_formats import FORMATS, SIGNATURES, WEBP
+from keras_vit.image_formats import HEADER_BYTES, header_problem
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
 # A PNG's signature plus its IHDR chunk; the smallest valid JPEG is larger still.
@@ -31,25 +31,16 @@ def problem(path):
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
-            header = f.read(25)
+            header = f.read(HEADER_BYTES)
     except OSError as error:
         return f"unreadable ({error.strerror})"
     if size == 0:
         return "empty (0 bytes)"
-    # By magic bytes rather than extension, as the decoder goes by content: a GIF, BMP or WebP saved as .jpg trains.
-    kind = next((k for k, signature in enumerate(SIGNATURES)
-                 if all(header[at: at + len(magic)] == magic for magic, at in signature)), None)
-    if kind is None:
-        return f"not a {FORMATS} image (starts with {header[:4]!r})"
-    if size < MIN_BYTES:
+    # By content, as the decoder goes: a GIF, BMP or WebP saved as .jpg trains.
+    problem_in_header = header_problem(header)
+    if problem_in_header is None and size < MIN_BYTES:
         return f"truncated ({size} bytes)"
-    return _webp_problem(header) if kind == WEBP else None
-
-
-def _webp_problem(header):
-    """An animated WebP: TensorFlow's decoder reads none as one image (`keras_vit.image_formats`)."""
-    extended_flags = header[20] if header[12:16] == b"VP8X" else 0  # ICC, alpha, EXIF, XMP, animation 0x02
-    return "an animated WebP (TensorFlow's decoder reads none as one image)" if extended_flags & 0x02 else None
+    return problem_in_header
 
 
 def scan(root, split):

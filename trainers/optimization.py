@@ -11,7 +11,7 @@ import math
 import keras
 from keras import ops
 
-DECAYS = ("cosine", "linear", "constant")  # after the warm-up
+from trainers.recipes import DECAYS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -11,11 +11,29 @@ import dataclasses
 import json
 import math
 import os
+import pathlib
 
 from keras_vit import config as vit_config
 from keras_vit.config import ViTConfig
 from keras_vit.variants import decode_variant, variant_fields, variant_name
-from trainers.optimization import DECAYS
+
+# Learning-rate decays after the linear warm-up (trainers.optimization.WarmupSchedule).
+DECAYS = ("cosine", "linear", "constant")
+# Numeric domains: (low, high, low_open, high_open); None is unbounded.
+_AT_LEAST_0 = (0, None, False, False)
+_AT_LEAST_1 = (1, None, False, False)
+_POSITIVE = (0, None, True, False)
+_FRACTION = (0, 1, False, False)  # [0, 1]
+_BELOW_1 = (0, 1, False, True)  # [0, 1)
+
+
+def _field(default, help_text, *, choices=None, bounds=None, rgb_only=False):
+    """A Recipe field: its default, its help (the trainer's flag help) and its domain (`validate`).
+
+    rgb_only: the augmentation it turns on takes RGB images only (Model Garden's ops).
+    """
+    return dataclasses.field(default=default, metadata={"help": help_text, "choices": choices, "bounds": bounds,
+                                                        "rgb_only": rgb_only})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,99 +41,92 @@ class Recipe:
     """Everything a training run needs besides where it runs."""
 
     # --- what it is
-    # One line: what the recipe trains, its source and its expected result.
-    description: str = ""
+    description: str = _field("", "One line: what the recipe trains, its source and its expected result.")
 
     # --- model
-    # The architecture (every keras_vit.ViTConfig field is also a flag: --hidden_size=64, --variant=B/16
-    # sets the encoder of a named variant). Its classes and channels are the dataset's.
-    model: ViTConfig = ViTConfig()
-    # Weights to start from: a pretrained name of the model's variant (e.g. "imagenet21k"), a checkpoint
-    # (official .npz, timm / Hugging Face .safetensors or directory), a .weights.h5 file, or "" (scratch).
-    pretrained: str = ""
+    # Every keras_vit.ViTConfig field is also a flag (--hidden_size=64); --variant=B/16 sets the encoder of a
+    # named variant.
+    model: ViTConfig = _field(ViTConfig(), "The architecture; its classes and channels are the dataset's.")
+    pretrained: str = _field("", "Weights to start from: a pretrained name of the model's variant (e.g. "
+                             "imagenet21k), a checkpoint (official .npz, timm / Hugging Face .safetensors or "
+                             "directory), a .weights.h5 file, or '' (scratch).")
 
     # --- task
-    # "classification" (the labels), or "mpp": masked patch prediction, self-supervised (labels unused;
-    # keras_vit.mpp). Its model.npz is the headless ViT that --pretrained fine-tunes.
-    task: str = "classification"
-    # DeiT distillation from a frozen teacher: "none", "hard" (its argmax) or "soft" (KL to its output at
-    # distillation_temperature), weighted distillation_alpha against the labels' (1 - alpha).
-    distillation: str = "none"
-    # The teacher: a .keras file, a SavedModel directory or keras.applications.NAME (a ConvNeXt,
-    # EfficientNet or MobileNetV3, with ImageNet weights Keras downloads); a classifier of the dataset's
-    # classes that takes RGB pixels in [0, 255] (a keras_vit model takes its own inputs).
-    teacher: str = ""
-    # A SavedModel teacher's signature, and whether a teacher returns "logits" or "probabilities" ("auto":
-    # a Keras model's last activation, a signature's output name).
-    teacher_signature: str = "serving_default"
-    teacher_outputs: str = "auto"
-    distillation_alpha: float = 0.5
-    distillation_temperature: float = 1.0
+    task: str = _field("classification", "'classification' (the labels), or 'mpp': masked patch prediction, "
+                       "self-supervised (labels unused; keras_vit.mpp), whose model.npz is the headless ViT that "
+                       "--pretrained fine-tunes.", choices=("classification", "mpp"))
+    distillation: str = _field("none", "DeiT distillation from a frozen teacher: 'none', 'hard' (its argmax) or "
+                               "'soft' (KL to its output at distillation_temperature), weighted distillation_alpha "
+                               "against the labels' (1 - alpha).", choices=("none", "hard", "soft"))
+    teacher: str = _field("", "The teacher: a .keras file, a SavedModel directory or keras.applications.NAME (a "
+                          "ConvNeXt, EfficientNet or MobileNetV3, with ImageNet weights Keras downloads); a "
+                          "classifier of the dataset's classes that takes RGB pixels in [0, 255] (a keras_vit "
+                          "model takes its own inputs).")
+    teacher_signature: str = _field("serving_default", "A SavedModel teacher's signature.")
+    teacher_outputs: str = _field("auto", "Whether the teacher returns 'logits' or 'probabilities' ('auto': a "
+                                  "Keras model's last activation, a signature's output name).",
+                                  choices=("auto", "logits", "probabilities"))
+    distillation_alpha: float = _field(0.5, "Weight of the distillation loss against the labels' (1 - alpha).",
+                                       bounds=_FRACTION)
+    distillation_temperature: float = _field(1.0, "Temperature of soft distillation.", bounds=_POSITIVE)
 
     # --- data
-    # "keras_vit_digits" (embedded), "tfds:NAME", "folder:PATH" or "tfrecord:GLOB".
-    dataset: str = "keras_vit_digits"
-    # Splits for training and evaluation.
-    train_split: str = "train"
-    eval_split: str = "test"
-    # Classes; 0 reads them from the dataset (TFDS, folder).
-    num_classes: int = 0
-    # Examples in the shuffle buffer.
-    shuffle_buffer: int = 10_000
-    # Training crop: "inception" (random area 5-100%, aspect 3/4-4/3) or "resize".
-    train_crop: str = "inception"
-    # Random horizontal flips in training.
-    flip: bool = True
-    # Fraction of the short side kept by the evaluation centre crop (1.0: none).
-    eval_crop_fraction: float = 0.875
-    # Random translation by up to this many pixels (after resizing); 0 for none.
-    random_shift: int = 0
-    # RandAugment layers (0: off), magnitude and its per-image standard deviation.
-    randaugment_layers: int = 0
-    randaugment_magnitude: float = 9.0
-    randaugment_magnitude_std: float = 0.0
-    # Mixup and CutMix alphas (0: off).
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    # Label smoothing of the training targets.
-    label_smoothing: float = 0.0
-    # Probability of random erasing (0: off).
-    random_erasing: float = 0.0
+    dataset: str = _field("keras_vit_digits", "'keras_vit_digits' (embedded), 'tfds:NAME', 'folder:PATH' or "
+                          "'tfrecord:GLOB' (with {split} in the glob).")
+    train_split: str = _field("train", "Split to train on.")
+    eval_split: str = _field("test", "Split to report: evaluated once, by the final model.")
+    validation_fraction: float = _field(
+        0.01, "Fraction of train_split held out (seeded by `seed`) for the evaluations during the run and the "
+        "choice of best/; 0 holds none out, and then the run evaluates only at the end (big_vision's minival "
+        "is 1% of ImageNet's train).", bounds=(0, 0.5, False, True))
+    num_classes: int = _field(0, "Classes; 0 reads them from the dataset (TFDS, folder).", bounds=_AT_LEAST_0)
+    shuffle_buffer: int = _field(10_000, "Examples in the shuffle buffer.", bounds=_AT_LEAST_1)
+    train_crop: str = _field("inception", "Training crop: 'inception' (random area 5-100%, aspect 3/4-4/3) or "
+                             "'resize'.", choices=("inception", "resize"))
+    flip: bool = _field(True, "Random horizontal flips in training.")
+    eval_crop_fraction: float = _field(0.875, "Fraction of the short side kept by the evaluation centre crop "
+                                       "(1.0: none).", bounds=(0, 1, True, False))
+    random_shift: int = _field(0, "Random translation by up to this many pixels (after resizing); 0 for none.",
+                               bounds=_AT_LEAST_0)
+    randaugment_layers: int = _field(0, "RandAugment layers (0: off).", bounds=_AT_LEAST_0, rgb_only=True)
+    randaugment_magnitude: float = _field(9.0, "RandAugment magnitude.", bounds=_AT_LEAST_0)
+    randaugment_magnitude_std: float = _field(0.0, "Per-image standard deviation of the RandAugment magnitude "
+                                              "(only 0 runs with Model Garden 2.20).", bounds=_AT_LEAST_0)
+    mixup_alpha: float = _field(0.0, "Mixup alpha (0: off).", bounds=_AT_LEAST_0, rgb_only=True)
+    cutmix_alpha: float = _field(0.0, "CutMix alpha (0: off).", bounds=_AT_LEAST_0, rgb_only=True)
+    label_smoothing: float = _field(0.0, "Label smoothing of the training targets.", bounds=_BELOW_1)
+    random_erasing: float = _field(0.0, "Probability of random erasing (0: off).", bounds=_FRACTION,
+                                   rgb_only=True)
 
     # --- optimisation
-    # "adam", "adamw" or "sgd".
-    optimizer: str = "adamw"
-    # Peak learning rate; multiplied by batch_size / lr_batch_reference when that is set.
-    learning_rate: float = 1e-3
-    lr_batch_reference: int = 0
-    # Adam betas and SGD momentum.
-    beta_1: float = 0.9
-    beta_2: float = 0.999
-    momentum: float = 0.9
-    # Decoupled weight decay, applied to kernels only (not biases, norms, tokens, positions).
-    weight_decay: float = 0.0
-    # "cosine", "linear" or "constant" after a linear warm-up.
-    schedule: str = "cosine"
-    warmup_steps: int = 0
-    # Global-norm gradient clipping (0: off).
-    grad_clip_norm: float = 0.0
-    # Global batch size (split over replicas).
-    batch_size: int = 512
-    # Length of training in steps.
-    train_steps: int = 1000
+    optimizer: str = _field("adamw", "'adam', 'adamw' or 'sgd'.", choices=("adam", "adamw", "sgd"))
+    learning_rate: float = _field(1e-3, "Peak learning rate; multiplied by batch_size / lr_batch_reference when "
+                                  "that is set.", bounds=_POSITIVE)
+    lr_batch_reference: int = _field(0, "The batch size learning_rate is stated for (0: learning_rate as is).",
+                                     bounds=_AT_LEAST_0)
+    beta_1: float = _field(0.9, "Adam's beta_1.", bounds=_BELOW_1)
+    beta_2: float = _field(0.999, "Adam's beta_2.", bounds=_BELOW_1)
+    momentum: float = _field(0.9, "SGD momentum.", bounds=_BELOW_1)
+    weight_decay: float = _field(0.0, "Decoupled weight decay, applied to kernels only (not biases, norms, "
+                                 "tokens, positions).", bounds=_AT_LEAST_0)
+    schedule: str = _field("cosine", "Learning-rate decay after a linear warm-up: 'cosine', 'linear' or "
+                           "'constant'.", choices=DECAYS)
+    warmup_steps: int = _field(0, "Steps of linear learning-rate warm-up.", bounds=_AT_LEAST_0)
+    grad_clip_norm: float = _field(0.0, "Global-norm gradient clipping (0: off).", bounds=_AT_LEAST_0)
+    batch_size: int = _field(512, "Global batch size (split over replicas).", bounds=_AT_LEAST_1)
+    train_steps: int = _field(1000, "Length of training in steps.", bounds=_AT_LEAST_1)
 
     # --- running
-    # Steps per tf.function call (fewer host round trips).
-    steps_per_execution: int = 8
-    # Compile the step with XLA: "auto" (on TPU and GPU, off on the CPU, as Keras' own "auto"; BUILD.md),
-    # "true" or "false".
-    jit_compile: str = "auto"
-    # "auto" (bfloat16 on TPU/GPU, float32 on CPU), "bfloat16" or "float32".
-    mixed_precision: str = "auto"
-    # Steps between checkpoints (the most a crash can lose).
-    checkpoint_every: int = 500
-    # Seed of weights, data order and augmentation.
-    seed: int = 0
+    steps_per_execution: int = _field(8, "Steps per tf.function call (fewer host round trips).",
+                                      bounds=_AT_LEAST_1)
+    jit_compile: str = _field("auto", "Compile the step with XLA: 'auto' (on TPU and GPU, off on the CPU, as "
+                              "Keras' own 'auto'), 'true' or 'false'.", choices=("auto", "true", "false"))
+    mixed_precision: str = _field("auto", "'auto' (bfloat16 on TPU/GPU, float32 on CPU), 'bfloat16' or "
+                                  "'float32'.", choices=("auto", "bfloat16", "float32"))
+    checkpoint_every: int = _field(500, "Steps between checkpoints (the most a crash can lose).",
+                                   bounds=_AT_LEAST_1)
+    seed: int = _field(0, "Seed of weights, data order and augmentation.",
+                       bounds=(0, 2**32 - 1, False, False))  # what keras.utils.set_random_seed takes
 
     def replace(self, **changes):
         """A copy with `changes`: recipe fields, the model's `ViTConfig` fields, or `variant` (its encoder)."""
@@ -155,11 +166,13 @@ RECIPES = {
     "digits": Recipe(
         description=(
             "The embedded default: a 4-layer, 64-wide ViT with 2x2 patches trained from scratch "
-            "on scikit-learn's 8x8 digits (TFDS builder keras_vit_digits). Expected: >= 97% test "
-            "top-1 in a few minutes on 2 CPU cores. `python -m trainers.train --model_dir=/tmp/digits`"
+            "on scikit-learn's 8x8 digits (TFDS builder keras_vit_digits). Expected: about 97% test "
+            "top-1 (the README's figure over seeds) in minutes on 2 CPU cores. "
+            "`python -m trainers.train --model_dir=/tmp/digits`"
         ),
         model=ViTConfig(patch_size=2, hidden_size=64, mlp_dim=128, num_heads=4, num_layers=4, image_size=8,
-                        classifier="gap", drop_path_rate=0.1), dataset="keras_vit_digits", train_crop="resize", flip=False,
+                        classifier="gap", drop_path_rate=0.1),
+        dataset="keras_vit_digits", validation_fraction=0.1, train_crop="resize", flip=False,
         eval_crop_fraction=1.0, random_shift=1, label_smoothing=0.1,
         optimizer="adamw", learning_rate=2e-3, weight_decay=0.05, schedule="cosine",
         warmup_steps=100, batch_size=64, train_steps=4000, steps_per_execution=25,
@@ -225,43 +238,18 @@ RECIPES = {
             "reports 98.13-99.00 for B/16 and L/16)."
         ),
         model=decode_variant("B/16"), pretrained="augreg_in21k", dataset="tfds:cifar10",
-        train_split="train", eval_split="test", train_crop="inception", flip=True,
+        train_split="train", eval_split="test", validation_fraction=0.02, train_crop="inception", flip=True,
         eval_crop_fraction=1.0, optimizer="sgd", learning_rate=0.03, momentum=0.9,
         schedule="cosine", warmup_steps=500, grad_clip_norm=1.0, batch_size=512,
         train_steps=10_000,
     ),
 }
 
-CHOICES = {
-    "train_crop": ("inception", "resize"),
-    "optimizer": ("adam", "adamw", "sgd"),
-    "schedule": DECAYS,
-    "mixed_precision": ("auto", "bfloat16", "float32"),
-    "jit_compile": ("auto", "true", "false"),
-    "task": ("classification", "mpp"),
-    "distillation": ("none", "hard", "soft"),
-    "teacher_outputs": ("auto", "logits", "probabilities"),
-}
-
-
-# Each numeric field's allowed range: (low, high, low_open, high_open); None is unbounded.
-RANGES = {
-    **{name: (0, None, False, False) for name in (
-        "num_classes", "random_shift", "randaugment_layers", "randaugment_magnitude",
-        "randaugment_magnitude_std", "mixup_alpha", "cutmix_alpha", "lr_batch_reference",
-        "weight_decay", "warmup_steps", "grad_clip_norm")},
-    "seed": (0, 2**32 - 1, False, False),  # what keras.utils.set_random_seed takes
-    **{name: (1, None, False, False) for name in (
-        "shuffle_buffer", "batch_size", "train_steps", "steps_per_execution",
-        "checkpoint_every")},
-    **{name: (0, 1, False, True) for name in (
-        "label_smoothing", "beta_1", "beta_2", "momentum")},
-    "random_erasing": (0, 1, False, False),
-    "distillation_alpha": (0, 1, False, False),
-    "distillation_temperature": (0, None, True, False),
-    "eval_crop_fraction": (0, 1, True, False),
-    "learning_rate": (0, None, True, False),
-}
+# Each string field's accepted values, and each numeric field's domain: (low, high, low_open, high_open).
+CHOICES = {name: field.metadata["choices"] for name, field in FIELDS.items() if field.metadata["choices"]}
+RANGES = {name: field.metadata["bounds"] for name, field in FIELDS.items() if field.metadata["bounds"]}
+# The fields whose augmentation takes RGB images only; set on another dataset, they stop the run.
+RGB_ONLY = tuple(name for name, field in FIELDS.items() if field.metadata["rgb_only"])
 DATASET_KINDS = ("keras_vit_digits", "tfds:NAME", "folder:PATH", "tfrecord:GLOB")
 
 
@@ -306,22 +294,21 @@ def _check_dataset(recipe):
 
 def _check_pretrained(recipe):
     """A weights file must exist and compute as the model does; a name must be one the variant has (no download)."""
-    from keras_vit import checkpoints, pretrained
-
     if not recipe.pretrained:
         return
-    if checkpoints.is_weights_file(recipe.pretrained) or recipe.pretrained.endswith(".npz"):
-        if "://" not in recipe.pretrained and not os.path.exists(recipe.pretrained):
-            raise ValueError(f"`pretrained` must name an existing checkpoint or .weights.h5 file or the variant's "
-                             f"pretrained weights; received pretrained={recipe.pretrained!r}: no such file")
-        if "://" not in recipe.pretrained and not recipe.pretrained.endswith(".weights.h5"):
-            _check_conventions(recipe.model, checkpoints.config_from_checkpoint(recipe.pretrained), recipe.pretrained)
-        return
+    # Imported here: the checkpoint readers load Keras, which a run from scratch validates without.
+    from keras_vit.checkpoints import config_from_checkpoint, resolve_weights, weights_kind
+
     variant = variant_name(recipe.model)
-    if not variant:
+    if weights_kind(recipe.pretrained) == "pretrained" and not variant:
         raise ValueError(f"`pretrained` weights by name need the model of a named variant (--variant=B/16); "
                          f"received pretrained={recipe.pretrained!r} for an unnamed architecture")
-    pretrained.resolve(variant, recipe.pretrained)  # raises listing the variant's names
+    weights = resolve_weights(recipe.pretrained, variant)  # a name: raises listing the variant's names
+    if weights.local and weights.kind != "hub" and not os.path.exists(weights.location):
+        raise ValueError(f"`pretrained` must name an existing checkpoint or .weights.h5 file or the variant's "
+                         f"pretrained weights; received pretrained={recipe.pretrained!r}: no such file")
+    if weights.local and weights.kind in ("file", "directory", "hub"):  # a hub id: from the cache, or fetched
+        _check_conventions(recipe.model, config_from_checkpoint(weights.location), recipe.pretrained)
 
 
 def _check_conventions(model, checkpoint, source):
@@ -408,3 +395,29 @@ def check_replicas(recipe, num_replicas):
         nearest = max(num_replicas, recipe.batch_size // num_replicas * num_replicas)
         raise ValueError(f"`batch_size` must be a multiple of the {num_replicas} replicas in sync; received "
                          f"batch_size={recipe.batch_size} (nearest: {nearest})")
+
+
+def check_eval_every(eval_every, recipe=None):
+    """The trainer's --eval_every: steps between evaluations of the validation split, 0 for none before the end."""
+    if not isinstance(eval_every, int) or isinstance(eval_every, bool) or eval_every < 0:
+        raise ValueError(f"--eval_every must be an int >= 0 (0: at the end only); received eval_every={eval_every!r}")
+    if eval_every and recipe is not None and not recipe.validation_fraction:
+        raise ValueError(f"--eval_every={eval_every} evaluates on a validation split, and validation_fraction=0 "
+                         "holds none out of the training data: set --validation_fraction (e.g. 0.1), or drop "
+                         "--eval_every (the test split is reported once, at the end)")
+
+
+def default_eval_every(recipe):
+    """Evaluations on the validation split at every checkpoint; none before the end without a validation split."""
+    return recipe.checkpoint_every if recipe.validation_fraction else 0
+
+
+def check_model_dir(model_dir, recipe):
+    """Refuses a model_dir that is a file or holds a run of another recipe; reads only."""
+    model_dir = pathlib.Path(model_dir)
+    if model_dir.exists() and not model_dir.is_dir():
+        raise ValueError(f"--model_dir must be a directory; received model_dir={str(model_dir)!r}, a file")
+    saved = model_dir / "recipe.json"
+    if saved.exists() and json.loads(saved.read_text()) != json.loads(recipe.to_json()):
+        raise ValueError(
+            f"{model_dir} holds a run of another recipe ({saved}); use a new --model_dir or the same flags")

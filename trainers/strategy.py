@@ -4,12 +4,12 @@
 TF_CONFIG names several tasks (chief and workers; each host's GPUs take part),
 else MirroredStrategy over the GPUs, else the default strategy on the CPU.
 Asking for a device that is not there fails at once with a message that says so.
+TensorFlow is imported when a strategy is made, so the trainer's flags check
+`--strategy` against `STRATEGIES` before it starts.
 """
 
 import json
 import os
-
-import tensorflow as tf
 
 STRATEGIES = ("auto", "tpu", "gpu", "multi_worker", "cpu")
 # The kinds `make_strategy` returns that run bfloat16 and XLA by default ("auto").
@@ -17,6 +17,8 @@ ACCELERATORS = ("tpu", "gpu")
 
 
 def _tpu(tpu):
+    import tensorflow as tf
+
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
         tf.config.experimental_connect_to_cluster(resolver)
@@ -36,12 +38,15 @@ def _workers():
         cluster = json.loads(text).get("cluster", {})
         return sum(len(cluster.get(job, [])) for job in ("chief", "worker"))
     except (json.JSONDecodeError, AttributeError, TypeError):
-        raise ValueError("TF_CONFIG must be JSON like {\"cluster\": {\"chief\": [...], \"worker\": [\"host:port\", ...]}, "
+        raise ValueError("TF_CONFIG must be JSON like {\"cluster\": {\"chief\": [...], \"worker\": "
+                         "[\"host:port\", ...]}, "
                          f"\"task\": {{\"type\": \"worker\", \"index\": 0}}}}; received TF_CONFIG={text!r}") from None
 
 
 def make_strategy(name="auto", tpu=""):
     """Returns `(strategy, kind)` with kind in tpu, gpu, multi_worker, cpu."""
+    import tensorflow as tf
+
     if name not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {STRATEGIES}; received strategy={name!r}")
     if name == "tpu" or (name == "auto" and (tpu or os.environ.get("TPU_NAME"))):

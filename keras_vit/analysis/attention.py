@@ -16,7 +16,7 @@ import keras
 import numpy as np
 
 from keras_vit.analysis import blocks as encoder
-from keras_vit.layers.utils import check_choice
+from keras_vit.checks import check_choice
 
 HEAD_FUSIONS = ("mean", "max", "min")
 # model -> the Keras model of its attention weights; dropped with the model.
@@ -65,7 +65,7 @@ def check_images(model, images):
     encoder.check_model(model)
     images = np.asarray(images, np.float32)
     expected = tuple(model.input_shape[1:])
-    fits = images.ndim == 4 and all(e is None or e == r for e, r in zip(expected, images.shape[1:]))
+    fits = images.ndim == 4 and all(e is None or e == r for e, r in zip(expected, images.shape[1:], strict=True))
     token = token_size(model)
     if not fits or images.shape[1] % token[0] or images.shape[2] % token[1]:
         raise ValueError(f"`images` must be (batch, {', '.join(map(str, expected))}) with height and width "
@@ -153,9 +153,12 @@ def rollout_map(model, images, head_fusion="mean", discard_ratio=0.0):
 
     A class-token model: the class token's rollout row over the patch
     tokens; a distilled DeiT, whose output averages its class and
-    distillation tokens' heads: the mean of those two rows. A model pooling
-    the patches (GAP): the mean of every patch token's row. The patch grid is
-    upsampled bilinearly to the image size.
+    distillation tokens' heads: the mean of those two rows. A MAP model
+    (`classifier="map"`): the patch tokens' rows weighted by the probe's
+    attention over them (the mean of its heads). A model pooling the patches
+    (GAP): the mean of every patch token's row. Register tokens are left out
+    as the class token is. The patch grid is upsampled bilinearly to the
+    image size.
 
     Args:
         model: a keras_vit ViT.
@@ -177,13 +180,23 @@ def rollout_map(model, images, head_fusion="mean", discard_ratio=0.0):
     if _pools_class_token(model):
         read = 2 if "distillation_pooling" in {layer.name for layer in model.layers} else 1  # the tokens' heads
         weights = rollout[:, :read, prefix:].mean(axis=1)
+    elif "map_head" in {layer.name for layer in model.layers}:
+        weights = np.einsum("bp,bpq->bq", _probe_attention(model, images), rollout[:, prefix:, prefix:])
     else:
         weights = rollout[:, prefix:, prefix:].mean(axis=1)
     height, width = images.shape[1:3]
-    rows, cols = (size // token for size, token in zip((height, width), token_size(model)))
+    rows, cols = (size // token for size, token in zip((height, width), token_size(model), strict=True))
     grid = weights.reshape(-1, rows, cols, 1).astype(np.float32)
     upsampled = keras.ops.convert_to_numpy(keras.ops.image.resize(grid, (height, width), interpolation="bilinear"))
     return _scale_each(upsampled[..., 0])
+
+
+def _probe_attention(model, images):
+    """`(batch, patches)`: a MAP head's attention over the patch tokens, its heads averaged."""
+    head = model.get_layer("map_head")
+    tokens = keras.Model(model.input, head.input)(images)
+    _, scores = head(tokens, return_attention_scores=True)
+    return keras.ops.convert_to_numpy(scores)[:, :, 0].mean(axis=1)
 
 
 def _pools_class_token(model):

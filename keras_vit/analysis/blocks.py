@@ -13,8 +13,8 @@ follow the model when it trains):
   connected to `inputs`");
 - a `ScannedEncoder` (`scan_layers=True`) runs its blocks in one loop and
   returns the last block's tokens only. `ScannedBlock` is a view of one of
-  its blocks: the encoder's own block computation on that block's slice of
-  the stacked weights, as the loop runs it. So per-block outputs need no
+  its blocks: `ScannedEncoder.call_block`, the encoder's own block
+  computation on that block's slice of the stacked weights, as the loop runs it. So per-block outputs need no
   unrolled twin model and no weight copy.
 
 The views hold another model's layers, so a model built with them exports
@@ -22,9 +22,8 @@ The views hold another model's layers, so a model built with them exports
 """
 
 import keras
-from keras import ops
 
-from keras_vit.layers.scanned_encoder import ScannedEncoder
+from keras_vit.layers.scanned_encoder import ScannedEncoder, block_name
 
 _NOT_SAVED = ("{name} runs a block of another model on that model's weights and is not saved on its own: "
               "save the ViT, load it, and build the analysis model again (or export it with model.export)")
@@ -77,15 +76,7 @@ class ScannedBlock(keras.layers.Layer):
         self.index = int(index)
 
     def call(self, tokens, return_attention_scores=False):
-        encoder = self.encoder
-        weights = [ops.take(stacked, self.index, axis=0) for stacked in encoder.stacked]
-        # The encoder's loop body at inference (ScannedEncoder.call): its block's
-        # stateless call and the seeds it feeds a block that draws nothing.
-        outputs, _ = encoder._run_block(
-            weights, encoder._block_seeds(None, self.index), tokens,
-            training=False, return_attention_scores=return_attention_scores,
-        )
-        return outputs
+        return self.encoder.call_block(self.index, tokens, return_attention_scores=return_attention_scores)
 
     def get_config(self):
         raise NotImplementedError(_NOT_SAVED.format(name=self.name))
@@ -98,8 +89,8 @@ def encoder_layers(model):
     if "encoder" in names and isinstance(names["encoder"], ScannedEncoder):
         return [names["encoder"]]
     blocks = []
-    while f"encoder_block_{len(blocks)}" in names:
-        blocks.append(names[f"encoder_block_{len(blocks)}"])
+    while block_name(len(blocks)) in names:
+        blocks.append(names[block_name(len(blocks))])
     return blocks
 
 
@@ -122,7 +113,7 @@ def block_outputs(model, return_attention_scores=False):
         return [block.output for block in layers]  # the model's own tensors: a .keras file can hold them
     tokens = layers[0].input  # the embedded sequence, as the model computed it
     if scanned:
-        views = [ScannedBlock(layers[0], i, name=f"encoder_block_{i}") for i in range(layers[0].num_layers)]
+        views = [ScannedBlock(layers[0], i, name=block_name(i)) for i in range(layers[0].num_layers)]
     else:
         views = [SharedBlock(block, name=block.name) for block in layers]
     outputs = []
@@ -144,8 +135,8 @@ def check_model(model):
         raise TypeError(f"`model` must be a keras_vit ViT model (keras.Model); received {type(model).__name__}")
     names = {layer.name for layer in model.layers}
     missing = [name for name in ("patch_embedding", "position_embedding") if name not in names]
-    if missing or not ({"encoder", "encoder_block_0"} & names):
+    if missing or not ({"encoder", block_name(0)} & names):
         raise ValueError(
             "`model` must be a keras_vit ViT: layers 'patch_embedding', 'position_embedding' and "
-            f"'encoder_block_0'... or 'encoder'; received model {model.name!r} with layers {sorted(names)}"
+            f"{block_name(0)!r}... or 'encoder'; received model {model.name!r} with layers {sorted(names)}"
         )

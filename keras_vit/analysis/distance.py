@@ -13,7 +13,7 @@ import numbers
 import numpy as np
 
 from keras_vit.analysis.attention import check_maps
-from keras_vit.layers.utils import to_pair
+from keras_vit.checks import to_pair
 
 
 def patch_distances(grid_size, patch_size):

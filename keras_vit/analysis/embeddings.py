@@ -7,6 +7,7 @@ of each patch's position embedding with every other's (centre).
 
 import numbers
 
+import keras
 import numpy as np
 
 from keras_vit.analysis.blocks import check_model
@@ -42,7 +43,8 @@ def position_embedding_similarity(model):
                          f"model {model.name!r} has position_embedding={kind!r}, which has none")
     rows, cols = layer.grid_size
     width = model.get_layer("patch_embedding").hidden_size
-    table = np.asarray(layer.grid_table(rows, cols, width), np.float64)  # (rows * cols, width)
+    # convert_to_numpy, not np.asarray: a PyTorch tensor computed from trainable weights refuses the latter.
+    table = np.asarray(keras.ops.convert_to_numpy(layer.grid_table(rows, cols, width)), np.float64)  # (rows*cols, D)
     unit = table / np.maximum(np.linalg.norm(table, axis=-1, keepdims=True), np.finfo(np.float64).tiny)
     return (unit @ unit.T).reshape(rows, cols, rows, cols)
 

@@ -13,7 +13,8 @@ import keras
 from keras import ops
 
 from keras_vit.analysis import blocks as encoder
-from keras_vit.layers.utils import check_choice
+from keras_vit.checks import check_choice
+from keras_vit.layers.scanned_encoder import block_name
 
 OUTPUTS = ("tokens", "grid")
 
@@ -85,7 +86,7 @@ def intermediates(model, indices=None, norm=False, output="tokens"):
 
     Built on the model's own layers (weights shared, not copied). Blocks of a
     `ScannedEncoder` are run one by one on its stacked weights
-    (`keras_vit.analysis.blocks.ScannedBlock`); such a model exports
+    (`ScannedEncoder.call_block`); such a model exports
     (`model.export`, `tf.function`) but does not save as `.keras`, while the
     one of an unrolled model does.
 
@@ -123,9 +124,9 @@ def intermediates(model, indices=None, norm=False, output="tokens"):
     for i in chosen:
         tokens = final_norm(outputs[i]) if final_norm else outputs[i]
         if output == "grid":
-            results[f"encoder_block_{i}"] = PatchTokenGrid(prefix, name=f"grid_{i}")(tokens, patch_grid)
+            results[block_name(i)] = PatchTokenGrid(prefix, name=f"grid_{i}")(tokens, patch_grid)
         else:
-            results[f"encoder_block_{i}"] = SplitPrefixTokens(prefix, name=f"tokens_{i}")(tokens)
+            results[block_name(i)] = SplitPrefixTokens(prefix, name=f"tokens_{i}")(tokens)
     return keras.Model(model.input, results, name=f"{model.name}_intermediates")
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit import positions
-from keras_vit.layers.utils import check_choice, check_count, to_pair
+from keras_vit.checks import check_choice, check_count, to_pair
 from keras_vit.positions.relative_2d import relative_2d_index  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
 
@@ -34,9 +34,9 @@ def cudnn_attention(query, key, value):
     backend on a GPU, in half precision. Like the matmuls it replaces, it takes
     the softmax in float32. At ViT's 197 tokens cuDNN runs the forward pass as
     it is, but its backward only with the tokens padded to a multiple of 64 and
-    the padding masked out (JAX refuses the other while tracing; seen on
-    2026-11-26). On an H200 it brought B/16's bf16 inference and training
-    close to timm's under `torch.compile` (docs/performance.md, "GPU suite").
+    the padding masked out (JAX refuses the other while tracing). It brings
+    B/16's bf16 inference and training close to timm's under `torch.compile`
+    (docs/performance.md, "GPU suite").
     """
     if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(query.dtype) not in (
             "bfloat16", "float16"):

@@ -67,7 +67,7 @@ class Mlp(keras.layers.Layer):
     def call(self, inputs, training=None):
         # The tokens as the rows of 2-D matmuls with BiasAdd (`_affine`): TensorFlow's graph optimizer
         # (grappler's remapper, oneDNN) then runs matmul, bias and GELU as one kernel. It matches no other form,
-        # and in the graph B/16 spent about a tenth of its inference time on the GELU (docs/performance.md).
+        # and an unfused GELU is a sizeable share of B/16's inference in the graph (docs/performance.md).
         rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
         hidden = ops.gelu(_affine(self.dense_1, rows), approximate=self.gelu_approximate)
         hidden = self.dropout(hidden, training=training)
@@ -194,15 +194,19 @@ class EncoderBlock(keras.layers.Layer):
         draw advances; the states read before the forward are passed in and
         restored first, so the recomputation draws the same masks.
         """
-        generators = [g for layer in self._flatten_layers()
-                      if (g := getattr(layer, "seed_generator", None)) is not None]
+        generators = self.seed_generators()
 
         def forward(x, *states):
-            for generator, state in zip(generators, states):
+            for generator, state in zip(generators, states, strict=True):
                 generator.state.assign(state)
             return self._forward(x, True, False, drop_path_rate)
 
         return keras.remat(forward)(inputs, *[ops.convert_to_tensor(g.state.value) for g in generators])
+
+    def seed_generators(self):
+        """The seed generators of the block's random layers (a layer with rate 0 has none)."""
+        random_layers = (self.attention.dropout, self.dropout, self.mlp.dropout, self.drop_path)
+        return [g for layer in random_layers if (g := getattr(layer, "seed_generator", None)) is not None]
 
     def _forward(self, inputs, training, return_attention_scores, drop_path_rate):
         # Weights only when asked for: without them attention may run fused (MultiHeadSelfAttention).

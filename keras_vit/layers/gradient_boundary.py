@@ -3,8 +3,8 @@
 The gradient of the residual stream at block l sums every later block's
 LayerNorm backward. XLA:CPU (in JAX's jaxlib) fuses that elementwise chain into
 each of its consumers instead of computing it once, so the fusions grow with
-the square of the depth: ViT-S/16 trained at about 0.6 of the speed it has
-with this boundary, and compiled its step twice as long (docs/performance.md).
+the square of the depth, which slows both the training step and its compile
+(docs/performance.md).
 XLA does not fuse across a conditional, and removes `optimization_barrier`s
 before fusion on the CPU, so the gradient crossing a block's output passes
 through a `lax.cond` whose predicate is true for every bit pattern but is not a

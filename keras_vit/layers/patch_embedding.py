@@ -11,7 +11,7 @@ a CNN feature map (the hybrid models of Section 3.1).
 import keras
 from keras import ops
 
-from keras_vit.layers.utils import to_pair
+from keras_vit.checks import to_pair
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -81,7 +81,7 @@ class PatchEmbedding(keras.layers.Layer):
         )
 
     def _check_divisible(self, shape):
-        for size, patch, axis in zip(shape[1:3], self.patch_size, ("height", "width")):
+        for size, patch, axis in zip(shape[1:3], self.patch_size, ("height", "width"), strict=True):
             if size is not None and size % patch:
                 raise ValueError(
                     f"The image {axis} must be divisible by `patch_size`={self.patch_size}; "
@@ -110,6 +110,12 @@ class PatchEmbedding(keras.layers.Layer):
 
     def call(self, inputs):
         self._check_divisible(inputs.shape)
+        empty = self.compute_output_shape(inputs.shape)
+        if empty[0] == 0 and None not in empty:
+            # TensorFlow's Conv2D returns an empty batch (0 images) unchanged, in the images' shape. Decided
+            # while tracing, so the graph of any other batch is untouched (a reshape there changed bfloat16
+            # rounding by keeping the convolution and its bias apart).
+            return ops.zeros(empty, self.compute_dtype)
         inputs = ops.cast(self._checked_when_run(inputs), self.compute_dtype)
         patches = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
         return patches + self.bias
@@ -117,7 +123,7 @@ class PatchEmbedding(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         grid = [
             None if size is None else size // patch
-            for size, patch in zip(input_shape[1:3], self.patch_size)
+            for size, patch in zip(input_shape[1:3], self.patch_size, strict=True)
         ]
         return (input_shape[0], *grid, self.hidden_size)
 

@@ -9,7 +9,7 @@ feature extraction as `keras.applications` does.
 import keras
 from keras import ops
 
-from keras_vit.layers.utils import check_choice, check_count
+from keras_vit.checks import check_choice, check_count
 
 MODES = ("token", "distillation", "gap", "max")
 

@@ -18,8 +18,8 @@ import numpy as np
 from keras import ops
 
 from keras_vit import positions
+from keras_vit.checks import check_choice, check_count, to_pair
 from keras_vit.layers.initializers import fresh_copy
-from keras_vit.layers.utils import check_choice, check_count, to_pair
 from keras_vit.positions.sincos_2d import sincos_2d  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
 

@@ -15,7 +15,8 @@ read like the released checkpoints.
 import keras
 from keras import ops
 
-from keras_vit.layers.utils import to_pair
+from keras_vit.checks import to_pair
+from keras_vit.config import output_stride
 
 
 def _group_norm(name, policy, gamma_initializer="ones"):
@@ -63,7 +64,7 @@ class StdConv2D(keras.layers.Layer):
         return ops.conv(ops.cast(inputs, self.compute_dtype), kernel, strides=self.strides, padding="same")
 
     def compute_output_shape(self, input_shape):
-        spatial = [None if s is None else -(-s // k) for s, k in zip(input_shape[1:3], self.strides)]
+        spatial = [None if s is None else -(-s // k) for s, k in zip(input_shape[1:3], self.strides, strict=True)]
         return (input_shape[0], *spatial, self.filters)
 
     def get_config(self):
@@ -121,11 +122,6 @@ class ResidualUnit(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "features": self.features, "strides": self.strides}
-
-
-def output_stride(num_layers):
-    """Pixels per feature-map position: 4 from the root, x2 per stage after the first."""
-    return 4 * 2 ** max(len(num_layers) - 1, 0)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

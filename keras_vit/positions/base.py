@@ -87,7 +87,7 @@ class PositionKind:
         return {}
 
     def checkpoint_rules(self):
-        """`(weight path pattern, key template)` rows, in the format of `checkpoints.RULES`."""
+        """`(weight path pattern, key template)` rows, in the format of `keras_vit.checkpoints.official.RULES`."""
         layer = r"encoder_block_(\d+)/attention" if self.biases_attention else "position_embedding"
         return tuple(
             (f"{layer}/{re.escape(name)}", key.replace("{block}", r"\1"))

@@ -16,6 +16,7 @@ from keras import ops
 from keras_vit.positions.base import PositionKind, square_grid
 from keras_vit.resize import resize_sequence
 
+
 def offset_logits(query, table, index):
     """`query . table[index[q, k]]` per head, `(batch, heads, L, L)`, from one matmul over the offsets."""
     table = ops.cast(table, query.dtype)

@@ -66,6 +66,7 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
     # --model names no file: each refusal below must come from the flags, before any loading.
     (tmp_path / "img.png").write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), np.uint8)).numpy())
     (tmp_path / "taken" / "vit" / "2").mkdir(parents=True)
+    (tmp_path / "taken" / "vit" / "0").mkdir()  # TF Serving's version 0: a version, checked like any other
     (tmp_path / "latin1.txt").write_bytes("chat\ncaf\xe9\n".encode("latin-1"))
     keras_model = tmp_path / "m.keras"
     keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=16,
@@ -81,6 +82,8 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
         "matches no file": [missing, "--format=tflite", f"--images={tmp_path / 'none*.png'}", "--output=x"],
         "exists: a TFLite export writes a new directory": [*tflite_base[:3], f"--output={tmp_path}"],
         "--version=2 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=2"],
+        "--version=0 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=0"],
+        "--version must be an integer >= 0": [missing, f"--output={tmp_path / 's'}", "--version=-1"],
         "missing.keras', which does not exist": [missing, f"--output={tmp_path / 's'}"],
         "must be UTF-8 text": [f"--model={keras_model}", f"--output={tmp_path / 's'}",
                                f"--labels={tmp_path / 'latin1.txt'}"],
@@ -92,7 +95,18 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "poisoned"), str(ROOT)])}
     results = run_together([[sys.executable, "-m", "export", *args] for args in cases.values()], cwd=ROOT,
                            env=env, timeout=300)
-    for message, result in zip(cases, results):
+    for message, result in zip(cases, results, strict=True):
         assert result.returncode == 1 and message in result.stderr, (message, result.stderr[-1500:])
         assert "Traceback" not in result.stderr, result.stderr[-1500:]
+        # The reason in one line, then where the flags are listed: not absl's page of every flag.
+        assert len(result.stderr.strip().splitlines()) <= 3 and "--helpfull" in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.png", "latin1.txt", "m.keras", "poisoned", "taken"]
+
+
+def test_a_missing_export_extra_is_one_line_naming_the_install(monkeypatch):
+    from export import extras
+
+    assert extras.missing_message("saved_model") is None and extras.missing_message("tflite") is None
+    monkeypatch.setitem(extras.NEEDS, "tflite", ("keras_vit_no_such_module", "ai-edge-litert"))
+    message = extras.missing_message("tflite")
+    assert "\n" not in message and "ai-edge-litert" in message and "pip install -e '.[export]'" in message

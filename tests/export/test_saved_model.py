@@ -15,7 +15,7 @@ import tensorflow as tf
 from PIL import Image
 
 import keras_vit
-from export import capi, loading, saved_model, serving_check
+from export import capi, saved_model, serving_check
 from export import preprocessing as prep
 from tests.layer_checks import randomize_weights
 from tests.processes import run_together
@@ -167,6 +167,23 @@ def test_a_request_of_the_wrong_shape_is_an_invalid_argument_not_a_crash(served,
     with pytest.raises(capi.TFError, match=message) as error:
         served.run(signature, **{name: value})
     assert error.value.code == 3
+
+
+def test_predict_float_refuses_raw_pixels_naming_both_ranges(model, served):
+    """Raw pixels (0-255) in the float signature were answered, confidently and wrongly."""
+    pixels = tf.image.resize(tf.io.decode_png(encoded_images()[1]), (16, 16))[None].numpy()
+    for raw in (pixels, np.full((1, 16, 16, 3), np.nan, np.float32)):
+        with pytest.raises(capi.TFError, match=r"inputs must be scaled model inputs, in \[-1, 1\] .*"
+                                               r"raw pixels go to predict_pixels.*received values from") as error:
+            served.run("predict_float", inputs=raw)
+        assert error.value.code == 3
+    assert "[nan]" in str(error.value)  # the last one: NaN named as received
+    # A resize's overshoot after scaling (a quarter of the range's width) is still the model's input.
+    edge = np.full((2, 16, 16, 3), 1.45, np.float32)
+    edge[1] = -1.45
+    assert served.run("predict_float", inputs=edge)["probabilities"].shape == (2, 3)
+    empty = served.run("predict_float", inputs=np.zeros((0, 16, 16, 3), np.float32))["probabilities"]
+    assert empty.shape == (0, 3)
 
 
 def test_cpp_loader_gives_the_keras_probabilities_and_labels(model, served):
@@ -341,7 +358,7 @@ def test_an_image_declaring_too_many_pixels_is_refused_from_its_header(model, tm
 
 def test_a_process_serving_through_the_c_api_can_still_import_openssl(exported):
     """TensorFlow's libraries export BoringSSL's symbols; Python's OpenSSL modules loaded after them crashed."""
-    script = ("import sys\nfrom export import capi\ncapi.without_tensorflow_python()\n"
+    script = ("import sys\nfrom export import capi\ncapi.without_tensorflow_runtime()\n"
               "session = capi.SavedModelSession(sys.argv[1])\n"
               "import hashlib, ssl, numpy.random\nprint(hashlib.sha256(b'vit').hexdigest()[:8])")
     result = subprocess.run([sys.executable, "-c", script, str(exported)], capture_output=True, text=True,
@@ -356,7 +373,7 @@ def test_a_12000_by_12000_jpeg_is_refused_in_bounded_memory(exported, tmp_path):
     script = (
         "import json, resource, sys, numpy as np\n"
         "from export import capi\n"
-        "capi.without_tensorflow_python()\n"
+        "capi.without_tensorflow_runtime()\n"
         f"session = capi.SavedModelSession({str(exported)!r})\n"
         f"small = open({str(tmp_path / 'small.png')!r}, 'rb').read()\n"
         f"huge = open({str(tmp_path / 'huge.jpg')!r}, 'rb').read()\n"
@@ -401,7 +418,8 @@ def test_a_headless_model_exports_features_only(tmp_path):
     (dict(top_k=4), r"top_k must be an integer from 1 to the 3 classes; received 4"),
     (dict(crop_fraction=0.0), r"crop_fraction must be in \(0, 1\]; received 0.0"),
     (dict(max_image_pixels=0), r"max_image_pixels must be an integer >= 1; received 0"),
-    (dict(version=0), r"version must be a positive integer .*; received 0"),
+    (dict(version=-1), r"version must be an integer >= 0 .*; received -1"),
+    (dict(version=True), r"version must be an integer >= 0 .*; received True"),
     (dict(metadata={"source": "x", "classes": 10}),
      r"must not set the keys the export writes; received keys \['classes'\]"),
 ])
@@ -409,6 +427,11 @@ def test_what_cannot_be_served_is_refused_before_anything_is_written(model, tmp_
     with pytest.raises(ValueError, match=message):
         saved_model.export_saved_model(model, tmp_path / "base", **kwargs)
     assert not (tmp_path / "base").exists()
+
+
+def test_version_0_is_a_version_as_tf_serving_reads_it(tmp_path):
+    assert saved_model._check_output(tmp_path / "base", 0, overwrite=False) == tmp_path / "base" / "0"
+    assert saved_model.next_version(tmp_path / "base") == 1
 
 
 def test_a_head_neither_softmax_nor_logits_is_refused_before_anything_is_written(tmp_path):
@@ -428,7 +451,7 @@ def test_an_unwritable_output_is_refused(model, tmp_path):
 
 def test_an_export_the_cpp_loader_cannot_serve_is_never_published(model, tmp_path, monkeypatch):
     """The exporter's own check catches the bug of saving the Keras model itself (two handles per weight)."""
-    def save_the_keras_model(model, path, preprocessing, labels, top_k, jit_compile):
+    def save_the_keras_model(model, path, preprocessing, labels, top_k, jit_compile, check_input_range):
         functions = saved_model.ServingFunctions(model, preprocessing, None, top_k)
         root = tf.Module()
         root.model = model
@@ -467,7 +490,7 @@ def test_warmup_records_cover_every_signature_and_read_as_tensorflow_reads_them(
     assert tf.io.is_jpeg(requests[0][1]["images"][0])
     records = [record.numpy() for record in tf.data.TFRecordDataset(str(path))]
     assert len(records) == len(requests)
-    for record, (signature, inputs) in zip(records, requests):
+    for record, (signature, inputs) in zip(records, requests, strict=True):
         request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
         assert request.model_spec.signature_name == signature and set(request.inputs) == set(inputs)
         for key, proto in request.inputs.items():
@@ -482,13 +505,6 @@ def test_metadata_and_inspect(exported):
     assert meta["preprocessing"]["image_size"] == [16, 16] and meta["preprocessing"]["input_range"] == [-1.0, 1.0]
     text = saved_model.inspect(exported)
     assert "signature serving_default: inputs {'images': 'string(any shape)'}" in text and '"classes": 3' in text
-
-
-def test_a_keras_file_is_exported_as_it_is(model, tmp_path):
-    model.save(tmp_path / "m.keras")
-    assert loading.load_model(tmp_path / "m.keras").vit_config == model.vit_config
-    with pytest.raises(ValueError, match=r"exported as it is; received changes \['image_size'\]"):
-        loading.load_model(tmp_path / "m.keras", image_size=32)
 
 
 def test_command_line_export_inspect_and_refusals(model, tmp_path):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from export import capi, loading, saved_model
+from export import capi, saved_model
 from tests.layer_checks import randomize_weights
 
 TINY = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=16, classes=3,
@@ -71,7 +71,7 @@ def test_a_model_trained_in_mixed_bfloat16_is_served_as_keras_computes_it(tmp_pa
     model.fit(rng.uniform(-1, 1, (8, 16, 16, 3)), rng.integers(0, 3, 8), epochs=10, verbose=0)
     model.save(tmp_path / "m.keras")
     keras.mixed_precision.set_global_policy("float32")  # the exporter loads what the file says
-    loaded = loading.load_model(tmp_path / "m.keras")
+    loaded = keras_vit.load_model(tmp_path / "m.keras")
     assert loaded.get_layer("encoder_block_0").compute_dtype == "bfloat16"
     path = saved_model.export_saved_model(loaded, tmp_path / "serving", name="vit")
     check_served(loaded, path, 16)

@@ -91,7 +91,10 @@ def test_relative_2d_matches_reference():
     w = _weights(layer)
     flat = np.concatenate([w["relative_embedding"].reshape(9, 2, 4), w["prefix_relative_embedding"]])
     index = relative_2d_index((2, 2), 1)
-    rel = lambda q: np.einsum("bqhk,qthk->bhqt", q, flat[index])
+
+    def rel(q):
+        return np.einsum("bqhk,qthk->bhqt", q, flat[index])
+
     expected, _ = reference.attention(X.astype(np.float64), w, rel)
     np.testing.assert_allclose(np.asarray(layer(X)), expected, atol=1e-5)
 
@@ -110,7 +113,8 @@ def test_relative_tables_resize():
     assert resized["relative_embedding"].shape == (5, 7, 2, 4)
     # Corner-aligned: the table's corners and centre offset (0, 0) are kept.
     table = layer.relative_embedding.numpy()
-    np.testing.assert_allclose(resized["relative_embedding"][[0, -1]][:, [0, -1]], table[[0, -1]][:, [0, -1]], atol=1e-6)
+    np.testing.assert_allclose(resized["relative_embedding"][[0, -1]][:, [0, -1]], table[[0, -1]][:, [0, -1]],
+                               atol=1e-6)
     np.testing.assert_allclose(resized["relative_embedding"][2, 3], table[1, 1], atol=1e-6)
 
 
@@ -204,7 +208,7 @@ def test_fused_attention_on_a_gpu_is_as_close_to_float32_as_the_matmuls():
     exact_run = outputs_and_gradients(exact)
     fused_run = outputs_and_gradients(half)
     matmul_run = outputs_and_gradients(half, return_attention_scores=True)  # the weights need the matmuls
-    for name, reference in exact_run.items():
-        fused, matmuls = (np.linalg.norm(run[name] - reference) / np.linalg.norm(reference)
+    for name, exact_value in exact_run.items():
+        fused, matmuls = (np.linalg.norm(run[name] - exact_value) / np.linalg.norm(exact_value)
                           for run in (fused_run, matmul_run))
         assert fused < 3e-2 and fused < 1.5 * matmuls + 1e-3, (name, fused, matmuls)

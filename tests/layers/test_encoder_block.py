@@ -102,3 +102,14 @@ def test_a_quantized_mlp_computes_as_its_dense_layers():
     expected = np.asarray(mlp.dense_2(ops.gelu(mlp.dense_1(X), approximate=True)))
     np.testing.assert_allclose(np.asarray(mlp(X)), expected, atol=1e-6)
     assert 0 < np.abs(expected - float_outputs).max() < 0.1 * np.abs(float_outputs).max()
+
+
+@pytest.mark.parametrize("rates, count", [(dict(), 0), (dict(dropout_rate=0.1), 2),
+                                          (dict(dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.1), 4)])
+def test_seed_generators_are_every_random_draw_of_the_block(rates, count):
+    # Remat restores these before recomputing: a random layer missing from the list would draw other masks.
+    block = EncoderBlock(num_heads=2, mlp_dim=16, **rates)
+    block.build((2, 5, 8))
+    states = {id(g.state) for g in block.seed_generators()}
+    assert len(states) == count
+    assert states == {id(v) for v in block.non_trainable_variables}  # every seed state Keras tracks in the block

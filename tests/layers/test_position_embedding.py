@@ -97,7 +97,8 @@ def test_bicubic_is_offered():
 @pytest.mark.parametrize("kwargs, call, message", [
     (dict(kind="learned_3d"), None, "received kind='learned_3d'"),
     (dict(interpolation="nearest"), None, "received interpolation='nearest'"),
-    (dict(grid_size=(2, 3), num_prefix_tokens=2), "prefix", r"num_prefix_tokens=2; received prefix_tokens of shape \(2, 1, 8\)"),
+    (dict(grid_size=(2, 3), num_prefix_tokens=2), "prefix",
+     r"num_prefix_tokens=2; received prefix_tokens of shape \(2, 1, 8\)"),
     (dict(kind="sincos_2d", grid_size=(2, 3), num_prefix_tokens=0), "width6", "divisible by 4; received 6"),
 ])
 def test_bad_arguments(kwargs, call, message):

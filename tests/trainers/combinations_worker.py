@@ -26,7 +26,7 @@ STEPS = 4
 
 
 def combinations():
-    for embedding, pattern in zip(POSITION_EMBEDDINGS, PATTERNS):
+    for embedding, pattern in zip(POSITION_EMBEDDINGS, PATTERNS, strict=True):
         for classifier, bits in (("token", pattern), ("gap", [1 - b for b in pattern])):
             scan, bfloat16, drop_path, dropout = bits
             yield dict(position_embedding=embedding, classifier=classifier, scan_layers=bool(scan),

@@ -15,7 +15,7 @@ import sys
 import keras
 import tensorflow as tf
 
-from trainers import train
+from trainers import loop, train
 
 TINY = dict(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16, train_steps=40,
             checkpoint_every=10, steps_per_execution=5, warmup_steps=5)
@@ -33,11 +33,11 @@ def main(out, data_dir):
     teacher.save(out / "teacher.keras")
     deit = train.resolve_recipe("digits", {**TINY, "classifier": "token", "distilled": True, "distillation": "hard",
                                            "teacher": str(out / "teacher.keras")})
-    train.train(deit, out / "deit", strategy, "cpu", data_dir)
+    loop.train(deit, out / "deit", strategy, "cpu", data_dir)
     mpp = train.resolve_recipe("mpp_pretrain", {**TINY, **DIGITS, "classifier": "gap", "learning_rate": 5e-3})
-    train.train(mpp, out / "mpp", strategy, "cpu", data_dir)
+    loop.train(mpp, out / "mpp", strategy, "cpu", data_dir)
     finetune = train.resolve_recipe("digits", {**TINY, "train_steps": 10, "pretrained": str(out / "mpp" / "model.npz")})
-    train.train(finetune, out / "finetune", tf.distribute.get_strategy(), "cpu", data_dir)
+    loop.train(finetune, out / "finetune", tf.distribute.get_strategy(), "cpu", data_dir)
     (out / "replicas.txt").write_text(str(strategy.num_replicas_in_sync))
 
 

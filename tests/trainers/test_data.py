@@ -19,7 +19,7 @@ def test_digits_builder_has_the_fixed_split(digits):
     train = data.load("keras_vit_digits", "train", str(digits))
     test = data.load("keras_vit_digits", "test", str(digits))
     assert (train.num_examples, test.num_examples, train.num_classes, train.channels) == (1437, 360, 10, 1)
-    images, labels = zip(*test.dataset.as_numpy_iterator())
+    images, labels = zip(*test.dataset.as_numpy_iterator(), strict=True)
     images = np.stack(images)
     assert images.shape == (360, 8, 8, 1) and images.dtype == np.uint8 and images.max() == 255
     from sklearn.datasets import load_digits
@@ -27,8 +27,7 @@ def test_digits_builder_has_the_fixed_split(digits):
     reference = load_digits()
     expected = np.round(reference.images[::5] * 255 / 16).astype(np.uint8)
     # TFDS stores examples in a hashed order; the split's content is fixed.
-    key = lambda a: a.tobytes()
-    assert sorted(map(key, images[..., 0])) == sorted(map(key, expected))
+    assert sorted(a.tobytes() for a in images[..., 0]) == sorted(a.tobytes() for a in expected)
     assert sorted(labels) == sorted(reference.target[::5].tolist())
 
 
@@ -42,7 +41,7 @@ def test_the_stream_resumes_exactly_where_it_stopped(digits):
     recipe = RECIPE.replace(train_crop="inception", flip=True, random_shift=1)
     whole = _batches(source, 0, 100, recipe)  # > 2 epochs of 1,437 at batch 32
     resumed = _batches(source, 60, 40, recipe)
-    for (a, la), (b, lb) in zip(whole[60:], resumed):
+    for (a, la), (b, lb) in zip(whole[60:], resumed, strict=True):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(la, lb)
     assert not np.array_equal(whole[0][0], whole[1][0])
@@ -142,13 +141,14 @@ def test_tfrecords_of_encoded_images(tmp_path):
         for label in range(5):
             pixels = np.full((6, 6, 3), label * 40, np.uint8)
             example = tf.train.Example(features=tf.train.Features(feature={
-                "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[tf.io.encode_png(pixels).numpy()])),
+                "image/encoded": tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[tf.io.encode_png(pixels).numpy()])),
                 "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
             }))
             writer.write(example.SerializeToString())
     source = data.load(f"tfrecord:{tmp_path}/{{split}}-*.tfrecord", "train", num_classes=5)
     assert source.num_examples == 5
-    images, labels = zip(*source.dataset.as_numpy_iterator())
+    images, labels = zip(*source.dataset.as_numpy_iterator(), strict=True)
     assert list(labels) == [0, 1, 2, 3, 4] and images[2][0, 0, 0] == 80
     encoded = list(source.encoded.as_numpy_iterator())  # what the inception crop decodes from
     assert [label for _, label in encoded] == list(labels) and encoded[2][0].startswith(b"\x89PNG")
@@ -195,3 +195,23 @@ def test_each_chunk_draws_its_own_mixup_and_randaugment(digits):
     same = [any(np.array_equal(image, other) for other in chunks[0]) for image in chunks[1]]
     assert np.mean(same) < 0.5
 
+
+
+def test_a_tfds_dataset_not_at_hand_is_named_with_how_to_prepare_it(tmp_path):
+    # ImageNet needs a manual download: TFDS' own failure is a long traceback naming neither step.
+    with pytest.raises(ValueError, match=r"tfds:imagenet2012 is not prepared in .*put its files in .*downloads/manual"):
+        data.load("tfds:imagenet2012", "train", data_dir=str(tmp_path))
+    assert not (tmp_path / "imagenet2012").exists() or not any((tmp_path / "imagenet2012").rglob("*.tfrecord*"))
+
+
+def test_the_validation_split_is_a_seeded_disjoint_part_of_the_training_split():
+    source = data.Source(tf.data.Dataset.range(200).map(lambda i: (i, i % 3)), 200, 3, 1)
+    train, validation = data.hold_out(source, 0.1, seed=0)
+    ids = lambda part: [int(i) for i, _ in part.dataset]  # noqa: E731
+    assert (train.num_examples, validation.num_examples) == (180, 20)
+    assert len(ids(train)) == 180 and len(ids(validation)) == 20
+    assert sorted(ids(train) + ids(validation)) == list(range(200))
+    assert ids(train) == sorted(ids(train))  # each part keeps the source's order
+    assert ids(data.hold_out(source, 0.1, seed=0)[1]) == ids(validation)  # a resumed run holds out the same
+    assert ids(data.hold_out(source, 0.1, seed=1)[1]) != ids(validation)
+    assert train.encoded is None and train.records == ()

@@ -1,9 +1,9 @@
 """DeiT distillation: the losses against hand-computed values, the frozen teacher, its inputs, its file kinds."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import keras_vit
 from trainers import distillation, recipes
@@ -89,9 +89,9 @@ def test_the_teacher_gets_no_gradient_and_stays_as_it_was():
     before_student = [w.numpy() for w in student.trainable_weights]
     distiller.compile(keras.optimizers.SGD(0.5), metrics=[keras.metrics.CategoricalAccuracy(name="top1")])
     distiller.fit(x, y, batch_size=4, epochs=2, verbose=0)
-    for before, w in zip(before_teacher, teacher.model.weights):
+    for before, w in zip(before_teacher, teacher.model.weights, strict=True):
         np.testing.assert_array_equal(before, w.numpy())
-    assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before_student, student.trainable_weights))
+    assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before_student, student.trainable_weights, strict=True))
     assert [v.name for v in distiller.checkpoint_variables] == [v.name for v in student.variables]
 
 
@@ -145,7 +145,8 @@ def test_a_teacher_returning_both_outputs_gives_the_one_asked_for():
         got = np.asarray(distillation.Teacher(both, student.vit_config, outputs).logits(x))
         np.testing.assert_allclose(got - got.max(1, keepdims=True), expected - expected.max(1, keepdims=True),
                                    atol=1e-5, err_msg=outputs)
-    with pytest.raises(ValueError, match=r"--teacher_outputs=probabilities but .* \['logits'\]: set --teacher_outputs=logits"):
+    with pytest.raises(ValueError,
+                       match=r"--teacher_outputs=probabilities but .* \['logits'\]: set --teacher_outputs=logits"):
         distillation.Teacher(only_logits, student.vit_config, "probabilities").logits(x)
 
 

@@ -7,10 +7,10 @@ import subprocess
 import sys
 import types
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 import keras_vit
 from keras_vit import ViTConfig
@@ -188,7 +188,7 @@ def test_command_line_prints_the_table_and_writes_json(tiny_model_path, data_dir
     assert list(report["results"]) == ["1", "5"]
     lines = result.stdout.splitlines()
     header = lines.index(f"{'shots':>5}  {'mean':>7}  {'min':>7}  {'max':>7}")
-    for line, (shots, accuracy) in zip(lines[header + 1:header + 3], report["results"].items()):
+    for line, (shots, accuracy) in zip(lines[header + 1:header + 3], report["results"].items(), strict=True):
         assert len(accuracy["draws"]) == 2 and accuracy["min"] <= accuracy["mean"] <= accuracy["max"]
         assert line.split() == [shots, *(f"{100 * accuracy[key]:.2f}%" for key in ("mean", "min", "max"))]
     # Random features of digits still beat chance (0.1) with 5 examples per class.

@@ -51,7 +51,8 @@ def _tiny_training(optimizer, jit_compile, steps=5):
     keras.utils.set_random_seed(0)
     model = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=16,
                           classes=3, classifier_activation=None)
-    optimizer.exclude_from_weight_decay(var_list=[v for v in model.trainable_variables if not v.name.endswith("kernel")])
+    optimizer.exclude_from_weight_decay(
+        var_list=[v for v in model.trainable_variables if not v.name.endswith("kernel")])
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=jit_compile)
     images = np.random.default_rng(1).uniform(-1, 1, (8, 16, 16, 3)).astype("float32")
@@ -68,10 +69,11 @@ def test_the_recipes_adam_updates_as_keras_adamw(jit_compile):
 
     ours = _tiny_training(optimization.Adam(schedule(), weight_decay=0.3), jit_compile)
     keras_own = _tiny_training(keras.optimizers.AdamW(schedule(), weight_decay=0.3), jit_compile)
-    for a, b in zip(ours.trainable_weights, keras_own.trainable_weights):
+    for a, b in zip(ours.trainable_weights, keras_own.trainable_weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-5, err_msg=a.path)
     initial = _tiny_training(optimization.Adam(schedule()), jit_compile, steps=0)
-    moved = [np.abs(a.numpy() - b.numpy()).max() for a, b in zip(ours.trainable_weights, initial.trainable_weights)]
+    moved = [np.abs(a.numpy() - b.numpy()).max()
+             for a, b in zip(ours.trainable_weights, initial.trainable_weights, strict=True)]
     assert np.median(moved) > 1e-2  # the weights moved far more than the tolerance
 
 

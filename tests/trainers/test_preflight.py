@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit import image_formats
-from trainers import data, recipes, train
+from trainers import data, loop, recipes
 
 TINY = recipes.RECIPES["digits"].replace(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16,
                                          train_steps=4, checkpoint_every=2, steps_per_execution=1)
@@ -46,8 +46,8 @@ def model_dir(tmp_path):
 
 def refused(recipe, model_dir, data_dir, match, strategy=ONE_DEVICE, **kwargs):
     before = tree_hash(model_dir)
-    with pytest.raises(train.InvalidRun, match=match):
-        train.train(recipe, model_dir, strategy, "cpu", data_dir, **kwargs)
+    with pytest.raises(loop.InvalidRun, match=match):
+        loop.train(recipe, model_dir, strategy, "cpu", data_dir, **kwargs)
     assert tree_hash(model_dir) == before, "the refused run changed --model_dir"
 
 
@@ -110,6 +110,13 @@ def test_a_bad_task_field_stops_the_run_and_writes_nothing(model_dir, data_dir, 
     refused(TINY.replace(**fields), model_dir, data_dir, allowed)
 
 
+def test_rgb_only_augmentations_on_a_grey_dataset_are_named(model_dir, data_dir):
+    assert set(recipes.RGB_ONLY) == {"randaugment_layers", "random_erasing", "mixup_alpha", "cutmix_alpha"}
+    refused(TINY.replace(randaugment_layers=2, cutmix_alpha=1.0), model_dir, data_dir,
+            r"take RGB images; 'keras_vit_digits' has 1 channel\(s\). Set these to 0: --randaugment_layers=2, "
+            r"--cutmix_alpha=1.0$")
+
+
 def test_a_teacher_that_does_not_fit_the_data_stops_the_run_and_writes_nothing(model_dir, data_dir, tmp_path):
     import keras
 
@@ -152,8 +159,8 @@ def test_a_checkpoint_of_another_model_is_refused_before_recipe_json_is_written(
 def test_model_dir_that_is_a_file(tmp_path, data_dir):
     path = tmp_path / "file"
     path.write_text("x")
-    with pytest.raises(train.InvalidRun, match="--model_dir must be a directory"):
-        train.train(TINY, path, ONE_DEVICE, "cpu", data_dir)
+    with pytest.raises(loop.InvalidRun, match="--model_dir must be a directory"):
+        loop.train(TINY, path, ONE_DEVICE, "cpu", data_dir)
     assert path.read_text() == "x"
 
 
@@ -205,8 +212,8 @@ def test_undecodable_folder_images_are_listed_by_path(tmp_path, model_dir):
     bad = _image_folder(tmp_path / "images")
     recipe = TINY.replace(dataset=f"folder:{tmp_path / 'images'}", batch_size=2)
     before = tree_hash(model_dir)
-    with pytest.raises(train.InvalidRun, match=r"(?s)3 of the images of split 'train'.*--skip_bad_images") as error:
-        train.train(recipe, model_dir, ONE_DEVICE, "cpu")
+    with pytest.raises(loop.InvalidRun, match=r"(?s)3 of the images of split 'train'.*--skip_bad_images") as error:
+        loop.train(recipe, model_dir, ONE_DEVICE, "cpu")
     for path in bad:
         assert str(path) in str(error.value)
     assert "empty (0 bytes)" in str(error.value) and "not a JPEG, PNG, GIF, BMP or WebP image" in str(error.value)
@@ -277,7 +284,7 @@ def test_skip_bad_images_goes_on_without_them(tmp_path, caplog):
     _image_folder(tmp_path)
     recipe = TINY.replace(dataset=f"folder:{tmp_path}", batch_size=2)
     with caplog.at_level("WARNING"):
-        source, _ = train._load_sources(recipe, None, skip_bad_images=True)
+        source, _ = loop._load_sources(recipe, None, skip_bad_images=True)
     assert "Skipped 3 undecodable images of split 'train' (--skip_bad_images)" in caplog.text
     assert (source.num_examples, source.skipped, source.num_classes) == (6, 3, 2)
     examples = list(source.dataset.as_numpy_iterator())
@@ -316,7 +323,7 @@ def test_a_folder_or_tfrecord_split_read_twice_is_refused(tmp_path, model_dir):
         _write_tfrecord(tmp_path / f"{split}-0.tfrecord", [0, 1, 2, 2])
     recipe = TINY.replace(dataset=f"tfrecord:{tmp_path}/{{split}}-*.tfrecord", num_classes=3, batch_size=2)
     refused(recipe.replace(eval_split="train"), model_dir, None, r"share examples \(.*train-0.tfrecord\)")
-    _, evaluation = train._load_sources(recipe, None, False)  # other files: read
+    _, evaluation = loop._load_sources(recipe, None, False)  # other files: read
     assert evaluation.num_examples == 4
 
 
@@ -338,4 +345,5 @@ def test_a_tfrecord_glob_without_its_split_is_refused(model_dir, data_dir):
                                           ("cutmix_alpha", 1.0)])
 def test_rgb_only_augmentations_on_grey_images_are_refused(model_dir, data_dir, field, value):
     # Model Garden's ops index and tile three channels; the digits have one.
-    refused(TINY.replace(**{field: value}), model_dir, data_dir, rf"has 1 channel\(s\)\. Set these to 0: --{field}={value}")
+    refused(TINY.replace(**{field: value}), model_dir, data_dir,
+            rf"has 1 channel\(s\)\. Set these to 0: --{field}={value}")

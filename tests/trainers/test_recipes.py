@@ -40,7 +40,8 @@ def test_overrides_and_their_errors():
         resolve_recipe("digits", {"num_heads": 5})
     with pytest.raises(ValueError, match=r"Unknown recipe fields \['lerning_rate'\]"):
         resolve_recipe("digits", {"lerning_rate": 0.5})
-    with pytest.raises(ValueError, match=r"`optimizer` must be one of \('adam', 'adamw', 'sgd'\); received optimizer='rmsprop'"):
+    with pytest.raises(ValueError,
+                       match=r"`optimizer` must be one of \('adam', 'adamw', 'sgd'\); received optimizer='rmsprop'"):
         resolve_recipe("digits", {"optimizer": "rmsprop"})
     with pytest.raises(ValueError, match="received batch_size=0"):
         resolve_recipe("digits", {"batch_size": 0})

@@ -1,7 +1,7 @@
 import pytest
 import tensorflow as tf
 
-from trainers import recipes, train
+from trainers import loop, recipes
 from trainers.strategy import make_strategy
 
 
@@ -31,14 +31,12 @@ def test_missing_devices_fail_at_once_with_a_message(monkeypatch):
 def test_auto_picks_the_cluster_before_the_local_gpus(monkeypatch, cluster, gpus, expected):
     import json
 
-    from trainers import strategy
-
     monkeypatch.delenv("TPU_NAME", raising=False)
     monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}}))
-    monkeypatch.setattr(strategy.tf.config, "list_physical_devices", lambda kind=None: gpus if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus if kind == "GPU" else [])
     # Stand-ins: the real ones would join the cluster or claim the GPUs.
-    monkeypatch.setattr(strategy.tf.distribute, "MultiWorkerMirroredStrategy", lambda: "multi-worker strategy")
-    monkeypatch.setattr(strategy.tf.distribute, "MirroredStrategy", lambda: "mirrored strategy")
+    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", lambda: "multi-worker strategy")
+    monkeypatch.setattr(tf.distribute, "MirroredStrategy", lambda: "mirrored strategy")
     assert make_strategy("auto")[1] == expected
 
 
@@ -60,4 +58,4 @@ def test_tpu_without_a_tpu_fails_at_once():
     ("true", "cpu", True), ("false", "tpu", False)])
 def test_jit_compile_auto_asks_for_xla_on_tpu_and_gpu(jit_compile, kind, expected):
     recipe = recipes.RECIPES["digits"].replace(jit_compile=jit_compile)
-    assert train._execution_settings(recipe, tf.distribute.get_strategy(), kind) == (25, expected)
+    assert loop._execution_settings(recipe, tf.distribute.get_strategy(), kind) == (25, expected)

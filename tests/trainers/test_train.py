@@ -4,8 +4,8 @@ is a tiny digits ViT."""
 
 import json
 import os
-import re
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -47,6 +47,8 @@ BAD_FLAGS = [
     ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of <auto|tpu|gpu|multi_worker|cpu>"),
     ("--batch_size=0", "received batch_size=0"),
     ("--learning_rate=nan", "`learning_rate` must be in (0, inf); received learning_rate=nan"),
+    ("--eval_every=-1", "--eval_every must be an int >= 0 (0: at the end only); received eval_every=-1"),
+    ("--eval_every=5 --validation_fraction=0", "--eval_every=5 evaluates on a validation split"),
 ]
 
 
@@ -60,13 +62,14 @@ def refused_runs(tmp_path_factory):
     for verbosity, _ in VERBOSITY:
         model_dir = tmp_path_factory.mktemp("verbosity")
         commands[f"verbosity {verbosity}"] = (
-            ["trainers.train", f"--model_dir={model_dir}", "--eval_every=-1", *verbosity], model_dir)
+            ["trainers.train", f"--model_dir={model_dir}", f"--dataset=folder:{model_dir}/missing", *verbosity],
+            model_dir)
     for flag, _ in BAD_FLAGS:
         model_dir = tmp_path_factory.mktemp("bad_flag")
         (model_dir / "notes.txt").write_text("kept")
-        commands[flag] = (["trainers.train", f"--model_dir={model_dir}", flag], model_dir)
+        commands[flag] = (["trainers.train", f"--model_dir={model_dir}", *flag.split()], model_dir)
     results = run_together([[sys.executable, "-m", *args] for args, _ in commands.values()], cwd=ROOT, env=ENV)
-    return {name: (result, model_dir) for (name, (_, model_dir)), result in zip(commands.items(), results)}
+    return {name: (result, model_dir) for (name, (_, model_dir)), result in zip(commands.items(), results, strict=True)}
 
 
 def trainer(model_dir, data_dir, *extra):
@@ -111,10 +114,15 @@ def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
     assert "Warning" not in result.stderr, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["step"] == 300 and metrics["eval_examples"] == 360 and metrics["eval_top1"] > 0.2  # chance: 0.1
+    # 10% of the 1,437 training digits held out: they choose best/; the test split is evaluated once, at the end.
+    assert metrics["validation_examples"] == 144 and metrics["eval_split"] == "test"
     assert json.loads((tmp_path / "recipe.json").read_text())["train_steps"] == 300
     assert list((tmp_path / "logs").rglob("events.out.tfevents.*"))  # TensorBoard
-    top1 = event_scalars(tmp_path / "logs" / "eval")["top1"]
-    assert [step for step, _ in top1] == [150, 300] and np.isclose(top1[-1][1], metrics["eval_top1"])
+    top1 = event_scalars(tmp_path / "logs" / "validation")["top1"]
+    assert [step for step, _ in top1] == [150, 300] and np.isclose(top1[-1][1], metrics["validation_top1"])
+    test = event_scalars(tmp_path / "logs" / "test")["top1"]
+    assert [step for step, _ in test] == [300] and np.isclose(test[0][1], metrics["eval_top1"])
+    assert "validation top-1" in result.stdout and "the final model" in result.stdout
     # The best evaluation's checkpoint is kept beside the last ones.
     best = json.loads((tmp_path / "best.json").read_text())
     assert best["eval_top1"] == max(value for _, value in top1) and best["step"] in (150, 300)
@@ -151,10 +159,9 @@ def test_chunks_no_multiple_of_steps_per_execution_stop_where_asked(scanned_run)
 
 @pytest.mark.parametrize("verbosity, shown", VERBOSITY)
 def test_info_lines_only_with_verbosity(refused_runs, verbosity, shown):
-    """The recipe is logged at INFO before the bad --eval_every stops the run."""
-    result, _ = refused_runs[f"verbosity {verbosity}"]
-    assert result.returncode != 0 and "--eval_every must be an int >= 0" in result.stderr
-    assert "received eval_every=-1" in result.stderr
+    """The recipe is logged at INFO before the missing dataset folder stops the run."""
+    result, model_dir = refused_runs[f"verbosity {verbosity}"]
+    assert result.returncode != 0 and f"dataset='folder:{model_dir}/missing': no such directory" in result.stderr
     assert ("Recipe digits on cpu" in result.stderr) == shown
 
 
@@ -183,7 +190,7 @@ def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_d
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     # Killed between checkpoint 20 and its evaluation, the resumed run evaluates step 20 first.
-    evaluated = [{step for step, _ in event_scalars(folder / "logs" / "eval")["top1"]}
+    evaluated = [{step for step, _ in event_scalars(folder / "logs" / "validation")["top1"]}
                  for folder in (tmp_path / "whole", killed_dir)]
     assert evaluated[1] == evaluated[0] == {20, 40, 60}
     best = [json.loads((folder / "best.json").read_text()) for folder in (tmp_path / "whole", killed_dir)]
@@ -343,11 +350,36 @@ def test_model_dir_is_required(refused_runs):
     assert result.returncode != 0 and "--model_dir is required" in result.stderr
 
 
+def test_a_bad_flag_is_refused_in_one_line_before_tensorflow_starts(tmp_path):
+    """With TensorFlow and Keras unimportable, the refusal is the same: no flag check needs them."""
+    model_dir = tmp_path / "never"
+    block = ("import runpy, sys; sys.modules.update(tensorflow=None, keras=None); "
+             "sys.argv[0] = 'trainers.train'; runpy.run_module('trainers.train', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", block, "--batch_size=0", f"--model_dir={model_dir}"], cwd=ROOT,
+                            env=ENV, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and not model_dir.exists()
+    assert result.stderr.splitlines() == ["trainers.train: `batch_size` must be in [1, inf); received batch_size=0",
+                                          "See --helpfull for every flag and its help."]
+
+
+def test_each_field_flag_shows_the_fields_own_help():
+    from absl import flags
+
+    from keras_vit.config import FIELDS as MODEL_FIELDS
+    from trainers import recipes, train
+
+    assert train.MODEL_FIELDS  # the flags are defined on import
+    for name, field in {**recipes.FIELDS, **train.MODEL_FIELDS}.items():
+        assert flags.FLAGS[name].help == field.metadata["help"], name
+    assert flags.FLAGS["batch_size"].help == "Global batch size (split over replicas)."
+    assert flags.FLAGS["classifier"].help == MODEL_FIELDS["classifier"].metadata["help"]
+
+
 def test_vit_finetune_starts_from_an_imagenet21k_style_checkpoint(tmp_path, data_dir):
     """As the official fine-tuning: pre_logits dropped, a new zero head, positions resized to the new grid."""
     import keras_vit
     from tests.layer_checks import randomize_weights
-    from trainers import data, recipes, train
+    from trainers import data, loop, recipes
 
     # A small "ImageNet-21k" file: class token, a tanh pre_logits layer, 50 classes, a 2x2 grid (4 px).
     pretrained = keras_vit.ViT(patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1,
@@ -357,7 +389,7 @@ def test_vit_finetune_starts_from_an_imagenet21k_style_checkpoint(tmp_path, data
     fields = dict(patch_size=2, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=8,
                   pretrained=str(path), dataset="keras_vit_digits", train_split="train", eval_split="test")
     recipe = recipes.validate(recipes.RECIPES["vit_finetune"].replace(**fields))
-    model = train.build_model(recipe, data.load(recipe.dataset, "train", data_dir, 0))
+    model = loop.build_model(recipe, data.load(recipe.dataset, "train", data_dir, 0))
     names = [layer.name for layer in model.layers]
     assert "pre_logits" not in names and model.output_shape == (None, 10)
     assert not model.get_layer("head").kernel.numpy().any()

@@ -1,10 +1,11 @@
 """Runs a tiny digits training in its own process, for the distribution tests.
 
-    python -m tests.trainers.worker MODEL_DIR DATA_DIR {one|mirrored|mirrored_defaults|multi_worker} OUT.npz [BATCH_SIZE]
+    python -m tests.trainers.worker MODEL_DIR DATA_DIR MODE OUT.npz [BATCH_SIZE]
 
-`mirrored` splits the CPU into two logical devices first (this must happen
-before TensorFlow starts, hence a process of its own); `multi_worker` reads
-TF_CONFIG. The final weights are written to OUT.npz.
+MODE is one of one|mirrored|mirrored_defaults|multi_worker. `mirrored` splits
+the CPU into two logical devices first (this must happen before TensorFlow
+starts, hence a process of its own); `multi_worker` reads TF_CONFIG. The final
+weights are written to OUT.npz.
 """
 
 import sys
@@ -12,7 +13,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from trainers import train
+from trainers import loop, train
 from trainers.strategy import make_strategy
 
 # The clip binds (the first gradients' norm is about 0.35): replicas must clip their summed gradient.
@@ -24,7 +25,7 @@ def main(model_dir, data_dir, mode, out, batch_size=TINY["batch_size"]):
     if mode == "mirrored_defaults":  # the recipe's own settings with XLA (a GPU's default), nothing deterministic
         mirrored = tf.distribute.MirroredStrategy(_two_cpus())
         recipe = train.resolve_recipe("digits", {**TINY, "jit_compile": "true", "batch_size": int(batch_size)})
-        _, metrics = train.train(recipe, model_dir, mirrored, "cpu", data_dir)
+        _, metrics = loop.train(recipe, model_dir, mirrored, "cpu", data_dir)
         np.savez(out, replicas=mirrored.num_replicas_in_sync, top1=metrics["eval_top1"])
         return
     if mode == "mirrored":
@@ -35,7 +36,7 @@ def main(model_dir, data_dir, mode, out, batch_size=TINY["batch_size"]):
         strategy = tf.distribute.get_strategy()
     tf.config.experimental.enable_op_determinism()
     recipe = train.resolve_recipe("digits", {**TINY, "jit_compile": "false", "batch_size": int(batch_size)})
-    model, metrics = train.train(recipe, model_dir, strategy, "cpu", data_dir)
+    model, metrics = loop.train(recipe, model_dir, strategy, "cpu", data_dir)
     np.savez(out, replicas=strategy.num_replicas_in_sync, top1=metrics["eval_top1"],
              **{f"w{i}": w for i, w in enumerate(model.get_weights())})
 

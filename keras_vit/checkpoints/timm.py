@@ -5,16 +5,18 @@ timm (`timm/models/vision_transformer.py`, `deit.py`) saves a model as
 of `timm/...` repositories on the Hugging Face hub). `read` turns either that
 directory or a bare `.safetensors` file into a `ViTConfig` and arrays under
 the official google-research/vision_transformer `.npz` keys, which
-`keras_vit.checkpoints` then loads like any official file. Two extension keys,
-`fc_norm/scale` and `fc_norm/bias`, carry timm's LayerNorm after pooling.
+`keras_vit.checkpoints.loading` then loads like any official file. Two
+extension keys, `fc_norm/scale` and `fc_norm/bias`, carry timm's LayerNorm
+after pooling.
 
 The architecture comes from the files alone: `config.json` (its
 `architecture`, looked up in `ARCHITECTURES`, then `pretrained_cfg`, then
 `model_args`, the precedence timm's own loader applies), checked against the
 weight shapes; without `config.json`, from the shapes alone. What keras_vit
-cannot represent (distillation and register tokens, layer scale, pre-norm,
-attention pooling, qk-norm, no qkv bias, ...) raises a ValueError naming the
-file, rather than being dropped.
+cannot represent (layer scale, pre-norm, qk-norm, no qkv bias, ...) raises a
+ValueError naming the file, rather than being dropped. Register tokens
+(`reg_token`, extension key `reg`) and MAP pooling (`attn_pool`, big_vision's
+`MAPHead_0` keys) are read.
 """
 
 import json
@@ -25,8 +27,10 @@ import re
 
 import numpy as np
 
+from keras_vit.checkpoints.safetensors import read_safetensors
+from keras_vit.checks import to_pair
 from keras_vit.config import ViTConfig
-from keras_vit.safetensors_file import read_safetensors
+from keras_vit.variants import SIZES
 
 # ------------------------------------------------------------- architectures
 # timm's registered ViT/DeiT builders keras_vit reads, with the model_args each
@@ -34,19 +38,18 @@ from keras_vit.safetensors_file import read_safetensors
 # timm 1.0.31); img_size is the resolution in the name. `num_heads` cannot be
 # read off the weights, hence the table. tests/fixtures/timm/architectures.json
 # holds what timm itself builds for every such name; a test compares.
-_SIZES = {  # name: (embed_dim, depth, num_heads)
-    "tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12),
-    "large": (1024, 24, 16), "huge": (1280, 32, 16), "giant": (1408, 40, 16),
-}
+# timm's size names, and keras_vit's for the same sizes (`keras_vit.variants.SIZES`, the one table of sizes).
+_SIZE_NAMES = {"tiny": "Ti", "small": "S", "medium": "M", "base": "B", "large": "L", "huge": "H", "giant": "g"}
 _GAP = dict(class_token=False, global_pool="avg", fc_norm=False)
 
 
 def _architecture(family, size, patch, resolution, **extra):
-    embed_dim, depth, num_heads = _SIZES[size]
+    dims = SIZES[_SIZE_NAMES[size]]
     name = f"{family}_{size}_patch{patch}_{'gap_' if extra else ''}{resolution}"
-    args = dict(embed_dim=embed_dim, depth=depth, num_heads=num_heads, patch_size=patch, img_size=resolution)
-    if size == "giant":
-        args["mlp_ratio"] = 48 / 11
+    args = dict(embed_dim=dims.hidden_size, depth=dims.num_layers, num_heads=dims.num_heads, patch_size=patch,
+                img_size=resolution)
+    if dims.mlp_dim != 4 * dims.hidden_size:  # timm's mlp_ratio defaults to 4 (giant's is 48 / 11)
+        args["mlp_ratio"] = dims.mlp_dim / dims.hidden_size
     return name, {**args, **extra}
 
 
@@ -64,47 +67,80 @@ ARCHITECTURES = dict(
     + [_architecture("vit", "base", 16, 224, **_GAP, num_heads=16), _architecture("vit", "huge", 14, 224, **_GAP),
        _architecture("vit", "huge", 16, 448, **_GAP), _architecture("vit", "giant", 16, 224, **_GAP)]
 )
+# Register-token and MAP-pooled ViTs (`vit_*_reg4_gap_*`, the SigLIP image towers), with the model_args timm
+# registers them with; tests/fixtures/timm_extra/architectures.json holds what timm builds for each, and a test
+# compares. Their neighbours with layer scale (`init_values`) are not here: keras_vit has none.
+_SIGLIP = dict(class_token=False, global_pool="map")
+REGISTER_AND_MAP_ARCHITECTURES = {
+    "vit_base_patch16_reg4_gap_256": dict(embed_dim=768, depth=12, num_heads=12, patch_size=16, img_size=256,
+                                          class_token=False, no_embed_class=True, global_pool="avg", reg_tokens=4),
+    **{f"vit_base_patch16_siglip_{r}": dict(embed_dim=768, depth=12, num_heads=12, patch_size=16, img_size=r,
+                                            **_SIGLIP) for r in (224, 256, 384, 512)},
+    **{f"vit_large_patch16_siglip_{r}": dict(embed_dim=1024, depth=24, num_heads=16, patch_size=16, img_size=r,
+                                             **_SIGLIP) for r in (256, 384)},
+    "vit_so400m_patch14_siglip_224": dict(embed_dim=1152, depth=27, num_heads=16, patch_size=14, img_size=224,
+                                          mlp_ratio=3.7362, **_SIGLIP),
+}
 
 # timm's width -> heads of its named sizes, for files without config.json.
-HEADS_BY_WIDTH = {192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1280: 16}
+HEADS_BY_WIDTH = {SIZES[ours].hidden_size: SIZES[ours].num_heads for ours in _SIZE_NAMES.values()}
 
 # model_args keras_vit represents (mapped in `_config`), and those that only
 # shape training or initialisation (no effect on the outputs).
 _READ_ARGS = {"img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth", "num_heads",
               "mlp_ratio", "class_token", "pos_embed", "no_embed_class", "fc_norm", "dynamic_img_size",
-              "drop_path_rate", "attn_drop_rate", "proj_drop_rate"}
+              "drop_path_rate", "attn_drop_rate", "proj_drop_rate", "reg_tokens", "act_layer"}
 _TRAINING_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "weight_init", "fix_init"}
 # model_args that change the network, at the value keras_vit's network has.
 _FIXED_ARGS = {"qkv_bias": True, "qk_norm": False, "scale_attn_norm": False, "scale_mlp_norm": False,
-               "proj_bias": True, "init_values": None, "reg_tokens": 0, "pre_norm": False, "final_norm": True,
+               "proj_bias": True, "init_values": None, "pre_norm": False, "final_norm": True,
                "pool_include_prefix": False, "dynamic_img_pad": False, "embed_layer": None,
-               "embed_norm_layer": None, "norm_layer": None, "act_layer": None, "block_fn": None,
+               "embed_norm_layer": None, "norm_layer": None, "block_fn": None,
                "mlp_layer": None, "attn_layer": None}
 
 # Weights of timm features keras_vit does not have, and what they are.
 _UNSUPPORTED_WEIGHTS = (
-    (r"reg_token", "register tokens (`reg_token`)"),
     (r"blocks\.\d+\.ls[12]\.gamma", "layer scale (`ls1.gamma` / `ls2.gamma`, timm's init_values)"),
     (r"norm_pre\..*", "a LayerNorm before the blocks (`norm_pre`, timm's pre_norm)"),
-    (r"attn_pool\..*", "attention pooling (`attn_pool`, timm's global_pool='map')"),
+    (r"attn_pool\.(q_norm|k_norm)\..*", "qk-norm in the attention pooling (`attn_pool.q_norm` / `k_norm`)"),
+    (r"attn_pool\.pos_embed", "a position table in the attention pooling (`attn_pool.pos_embed`)"),
     (r"blocks\.\d+\.attn\.[qk]_norm\..*", "qk-norm (`q_norm` / `k_norm`)"),
     (r"blocks\.\d+\.(attn|mlp)\.norm\..*", "a norm inside attention or the MLP (scale_attn_norm / scale_mlp_norm)"),
     (r"patch_embed\.norm\..*", "a norm after the patch embedding (`patch_embed.norm`)"),
 )
 
 
+# ------------------------------------------------------- the format's registry entry
+# What `read_checkpoint` and `load_checkpoint` accept in this format (`keras_vit.checkpoints.FORMATS`).
+DESCRIPTION = "a timm / Hugging Face '.safetensors' file or model directory"
+
+
+def matches(path):
+    """Whether `path` is a `.safetensors` file or a directory (a Hugging Face model directory)."""
+    return str(path).endswith(".safetensors") or os.path.isdir(str(path))
+
+
+def read_arrays(path, config=None):
+    """`(stated ViTConfig or None, arrays)`: arrays under official keys; the config when `config.json` states one.
+
+    `config` (the model's) gives the heads and grid of a bare `.safetensors` file, which states nothing.
+    """
+    stated, arrays = read(path, num_heads=config and config.num_heads, image_size=config and config.image_size)
+    return (stated if has_config(path) else None), arrays
+
+
 # ------------------------------------------------------------------ reading
-def read(path, num_heads=None, image_size=None):
+def read(path, image_size=None, num_heads=None):
     """`(ViTConfig, arrays)` of a timm / Hugging Face checkpoint, `arrays` under official keys.
 
     Args:
         path: a `.safetensors` file (a `config.json` beside it is read too) or
             a directory holding `model.safetensors` and `config.json`.
-        num_heads: int. Only for files without `config.json` whose width is
-            not one of timm's named sizes (`HEADS_BY_WIDTH`).
         image_size: int or (height, width). Only for files without
             `config.json` whose position table is not a square grid (used
             where the table has exactly its positions).
+        num_heads: int. Only for files without `config.json` whose width is
+            not one of timm's named sizes (`HEADS_BY_WIDTH`).
 
     Returns:
         The `ViTConfig` (timm's numerics: exact GELU, LayerNorm eps 1e-6,
@@ -186,6 +222,8 @@ def _weight_facts(tensors, source):
         patch_size=(patch_h, patch_w), hidden_size=width, channels=channels,
         num_layers=max(blocks) + 1, mlp_dim=tensors["blocks.0.mlp.fc1.weight"].shape[0],
         class_token="cls_token" in tensors, distilled="dist_token" in tensors, fc_norm="fc_norm.weight" in tensors,
+        num_register_tokens=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
+        map_head="attn_pool.latent" in tensors,
         positions=None if pos is None else pos.shape[1],
         classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
         representation_size=tensors["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in tensors else None,
@@ -209,7 +247,7 @@ def _config_from_weights(facts, source, num_heads, image_size):
     no_embed_class, grid = _grid_from_positions(facts, source, image_size)
     # timm's defaults: token pooling with a class token; its fc_norm is on
     # exactly for average pooling.
-    classifier = "gap" if facts["fc_norm"] or not facts["class_token"] else "token"
+    classifier = "map" if facts["map_head"] else "gap" if facts["fc_norm"] or not facts["class_token"] else "token"
     return _make_config(source, facts, num_heads=num_heads, grid=grid, classifier=classifier,
                         no_embed_class=no_embed_class)
 
@@ -226,14 +264,14 @@ def _grid_from_positions(facts, source, image_size):
     class_token, positions = facts["class_token"], facts["positions"]
     grid = None
     if image_size is not None:
-        size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-        grid = tuple(s // p for s, p in zip(size, facts["patch_size"]))
+        size = to_pair(image_size, "image_size")
+        grid = tuple(s // p for s, p in zip(size, facts["patch_size"], strict=True))
     if positions is None:
         if grid is None:
             raise ValueError(f"{source} has no pos_embed and no config.json: the patch grid cannot be read; "
                              "pass image_size")
         return False, grid
-    prefix = int(class_token) + int(facts["distilled"])
+    prefix = int(class_token) + int(facts["distilled"]) + facts["num_register_tokens"]
     for rows, no_embed_class in ((prefix, False), (0, True)) if class_token else ((0, False),):
         side = math.isqrt(positions - rows)
         for candidate in ([grid] if grid else []) + [(side, side)]:
@@ -249,11 +287,11 @@ def _config_from_json(cfg, facts, source, num_heads):
     if num_heads is not None and num_heads != args["num_heads"]:
         raise ValueError(f"{source} says num_heads={args['num_heads']}; received num_heads={num_heads}")
     pool = args.get("global_pool", "token")
-    if pool not in ("token", "avg"):
-        raise ValueError(f"{source}: global_pool={pool!r}; keras_vit pools 'token' (class token) or 'avg' (mean)")
+    if pool not in _POOLS:
+        raise ValueError(f"{source}: global_pool={pool!r}; keras_vit pools 'token' (class token), 'avg' (mean) "
+                         "or 'map' (attention pooling)")
     fc_norm = args.get("fc_norm")
-    size = args.get("img_size", 224)
-    size = (size, size) if isinstance(size, int) else tuple(size)
+    size = to_pair(args.get("img_size", 224), f"img_size of {source}")
     patch = args.get("patch_size", 16)
     patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
     stated = dict(
@@ -261,27 +299,45 @@ def _config_from_json(cfg, facts, source, num_heads):
         mlp_dim=int(args.get("embed_dim", 768) * args.get("mlp_ratio", 4.0)), channels=args.get("in_chans", 3),
         classes=args.get("num_classes", 1000), class_token=args.get("class_token", True),
         fc_norm=pool == "avg" if fc_norm is None else fc_norm, representation_size=None,
-        distilled=args.get("distilled", False),
+        distilled=args.get("distilled", False), num_register_tokens=args.get("reg_tokens", 0), map_head=pool == "map",
     )
     for name, value in stated.items():
         if value != facts[name]:
             raise ValueError(f"{source} says {name}={value!r} but the weights have {name}={facts[name]!r}")
-    grid = tuple(s // p for s, p in zip(size, patch))
+    grid = tuple(s // p for s, p in zip(size, patch, strict=True))
     no_embed_class = bool(args.get("no_embed_class", False))
     _check_positions(facts, grid, no_embed_class, args.get("pos_embed", "learn"), source)
     return _make_config(source, facts, num_heads=args["num_heads"], grid=grid,
-                        classifier="gap" if pool == "avg" else "token", no_embed_class=no_embed_class,
+                        classifier=_POOLS[pool], no_embed_class=no_embed_class,
+                        gelu_approximate=_gelu_approximate(args.get("act_layer"), source),
                         **_pretrained_fields(cfg), **_training_fields(args))
+
+
+# timm's global_pool -> keras_vit's classifier.
+_POOLS = {"token": "token", "avg": "gap", "map": "map"}
+# timm's act_layer names keras_vit's MLP computes: whether each is GELU's tanh approximation.
+_ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True}
+
+
+def _gelu_approximate(act_layer, source):
+    if act_layer not in _ACTIVATIONS:
+        raise ValueError(f"{source}: act_layer={act_layer!r}; keras_vit's MLP computes act_layer None, 'gelu' "
+                         "(exact) or 'gelu_tanh'")
+    return _ACTIVATIONS[act_layer]
 
 
 def _timm_args(cfg, source):
     """timm's model arguments: architecture table < pretrained_cfg < top level < model_args (timm's order)."""
     pretrained = cfg.get("pretrained_cfg") or cfg  # older files: one flat dict
     architecture = cfg.get("architecture")
-    if architecture not in ARCHITECTURES:
+    table = {**ARCHITECTURES, **REGISTER_AND_MAP_ARCHITECTURES}
+    if architecture not in table:
         raise ValueError(f"{source}: architecture {architecture!r} is not a timm ViT/DeiT keras_vit reads; "
-                         f"expected one of {sorted(ARCHITECTURES)}")
-    args = dict(ARCHITECTURES[architecture])
+                         f"expected one of {sorted(table)}")
+    args = dict(table[architecture])
+    for holder, where in ((pretrained, "pretrained_cfg." if pretrained is not cfg else ""), (cfg, ""),
+                          (cfg.get("model_args") or {}, "model_args.")):
+        _check_numbers(holder, where, source)
     if pretrained.get("input_size"):
         args["in_chans"] = pretrained["input_size"][0]
         if pretrained.get("fixed_input_size", False):  # as timm: only sizes it fixes
@@ -294,6 +350,26 @@ def _timm_args(cfg, source):
     _check_model_args(model_args, source)
     args.update({k: v for k, v in model_args.items() if k in _READ_ARGS})
     return args
+
+
+# The config.json fields read as numbers: ints (sizes, counts) or floats, a list of them where a size or a
+# per-channel value may stand. A number written as a string ("768") is refused naming the field.
+_INTS = {"img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads", "reg_tokens",
+         "input_size"}
+_FLOATS = {"mlp_ratio", "drop_path_rate", "attn_drop_rate", "proj_drop_rate", "mean", "std"}
+_LISTS = {"img_size", "patch_size", "input_size", "mean", "std"}
+
+
+def _check_numbers(holder, where, source):
+    """Raises ValueError naming the file and field of the first number written as anything else."""
+    for key in sorted((_INTS | _FLOATS) & set(holder)):
+        value = holder[key]
+        items = value if isinstance(value, list) and key in _LISTS else [value]
+        kinds, kind = ((int,), "an integer") if key in _INTS else ((int, float), "a number")
+        if value is not None and not all(isinstance(v, kinds) and not isinstance(v, bool) for v in items):
+            kind += " or a list of them" if key in _LISTS else ""
+            raise ValueError(f"{source}: {where}{key} must be {kind} (JSON numbers, unquoted); "
+                             f"received {key}={value!r}")
 
 
 def _check_model_args(model_args, source):
@@ -316,7 +392,8 @@ def _check_positions(facts, grid, no_embed_class, pos_embed, source):
     if pos_embed in ("", "none"):
         expected = None
     else:
-        expected = math.prod(grid) + (int(facts["class_token"]) + int(facts["distilled"]) if not no_embed_class else 0)
+        prefix = int(facts["class_token"]) + int(facts["distilled"]) + facts["num_register_tokens"]
+        expected = math.prod(grid) + (prefix if not no_embed_class else 0)
     if facts["positions"] != expected:
         raise ValueError(f"{source} says a {grid[0]}x{grid[1]} patch grid (pos_embed={pos_embed!r}, "
                          f"no_embed_class={no_embed_class}), hence {expected} positions; the weights' pos_embed "
@@ -349,12 +426,12 @@ def _make_config(source, facts, num_heads, grid, classifier, no_embed_class, **e
         return ViTConfig(
             patch_size=facts["patch_size"], hidden_size=facts["hidden_size"], mlp_dim=facts["mlp_dim"],
             num_heads=num_heads, num_layers=facts["num_layers"], channels=facts["channels"],
-            image_size=tuple(g * p for g, p in zip(grid, facts["patch_size"])),
+            image_size=tuple(g * p for g, p in zip(grid, facts["patch_size"], strict=True)),
             classifier=classifier, class_token=facts["class_token"], distilled=facts["distilled"],
-            no_embed_class=no_embed_class,
+            num_register_tokens=facts["num_register_tokens"], no_embed_class=no_embed_class,
             position_embedding="none" if facts["positions"] is None else "learned_1d",
             fc_norm=facts["fc_norm"], representation_size=facts["representation_size"], classes=facts["classes"],
-            **_TIMM_NUMERICS, **extra,
+            **{**_TIMM_NUMERICS, **extra},
         )
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
@@ -384,6 +461,22 @@ def _qkv_bias(b, heads):
     return tuple(part.reshape(heads, -1) for part in np.split(b, 3))
 
 
+def _q_kernel(w, heads):  # Linear (heads * head_dim, D) -> (D, heads, head_dim)
+    return w.T.reshape(w.shape[1], heads, -1)
+
+
+def _kv_kernel(w, heads):  # rows [key; value] -> two (D, heads, head_dim)
+    return tuple(_q_kernel(part, heads) for part in np.split(w, 2))
+
+
+def _q_bias(b, heads):
+    return b.reshape(heads, -1)
+
+
+def _kv_bias(b, heads):
+    return tuple(part.reshape(heads, -1) for part in np.split(b, 2))
+
+
 def _out_kernel(w, heads):  # (D_out, heads * head_dim) -> (heads, head_dim, D_out)
     return w.T.reshape(heads, -1, w.shape[0])
 
@@ -392,6 +485,7 @@ def _same(array, heads):
     return array
 
 
+_MAP_ATTENTION = "MAPHead_0/MultiHeadDotProductAttention_0/"
 _QKV = tuple(_ATTENTION + f"{part}/{{kind}}" for part in ("query", "key", "value"))
 
 # (timm name, official key(s), transform): one row per weight.
@@ -403,6 +497,8 @@ RULES = (
     ("dist_token", "dist", _same),
     ("head_dist.weight", "head_dist/kernel", _dense_kernel),
     ("head_dist.bias", "head_dist/bias", _same),
+    # keras_vit extension key: register tokens.
+    ("reg_token", "reg", _same),
     ("pos_embed", "Transformer/posembed_input/pos_embedding", _same),
     ("blocks.{i}.norm1.weight", _BLOCK + "LayerNorm_0/scale", _same),
     ("blocks.{i}.norm1.bias", _BLOCK + "LayerNorm_0/bias", _same),
@@ -421,6 +517,20 @@ RULES = (
     # keras_vit extension keys: timm's LayerNorm after pooling.
     ("fc_norm.weight", "fc_norm/scale", _same),
     ("fc_norm.bias", "fc_norm/bias", _same),
+    # AttentionPoolLatent (global_pool='map'): big_vision's MAPHead_0 keys.
+    ("attn_pool.latent", "MAPHead_0/probe", _same),
+    ("attn_pool.q.weight", _MAP_ATTENTION + "query/kernel", _q_kernel),
+    ("attn_pool.q.bias", _MAP_ATTENTION + "query/bias", _q_bias),
+    ("attn_pool.kv.weight", (_MAP_ATTENTION + "key/kernel", _MAP_ATTENTION + "value/kernel"), _kv_kernel),
+    ("attn_pool.kv.bias", (_MAP_ATTENTION + "key/bias", _MAP_ATTENTION + "value/bias"), _kv_bias),
+    ("attn_pool.proj.weight", _MAP_ATTENTION + "out/kernel", _out_kernel),
+    ("attn_pool.proj.bias", _MAP_ATTENTION + "out/bias", _same),
+    ("attn_pool.norm.weight", "MAPHead_0/LayerNorm_0/scale", _same),
+    ("attn_pool.norm.bias", "MAPHead_0/LayerNorm_0/bias", _same),
+    ("attn_pool.mlp.fc1.weight", "MAPHead_0/MlpBlock_0/Dense_0/kernel", _dense_kernel),
+    ("attn_pool.mlp.fc1.bias", "MAPHead_0/MlpBlock_0/Dense_0/bias", _same),
+    ("attn_pool.mlp.fc2.weight", "MAPHead_0/MlpBlock_0/Dense_1/kernel", _dense_kernel),
+    ("attn_pool.mlp.fc2.bias", "MAPHead_0/MlpBlock_0/Dense_1/bias", _same),
     # Older timm ImageNet-21k files: the official representation layer.
     ("pre_logits.fc.weight", "pre_logits/kernel", _dense_kernel),
     ("pre_logits.fc.bias", "pre_logits/bias", _same),
@@ -437,6 +547,8 @@ def _expected_shapes(config):
         shapes["cls_token"] = (1, 1, width)
     if config.distilled:
         shapes["dist_token"] = (1, 1, width)
+    if config.num_register_tokens:
+        shapes["reg_token"] = (1, config.num_register_tokens, width)
     if config.position_embedding == "learned_1d":
         prefix = 0 if config.no_embed_class else config.num_prefix_tokens
         shapes["pos_embed"] = (1, math.prod(config.grid_size) + prefix, width)
@@ -447,6 +559,14 @@ def _expected_shapes(config):
     shapes.update({f"blocks.{i}.{name}": shape for i in range(config.num_layers) for name, shape in block.items()})
     norm = "fc_norm" if config.fc_norm else "norm"
     shapes.update({f"{norm}.weight": (width,), f"{norm}.bias": (width,)})
+    if config.classifier == "map":  # AttentionPoolLatent: one latent, q and kv projections, norm, MLP
+        shapes.update({"attn_pool.latent": (1, 1, width), "attn_pool.q.weight": (width, width),
+                       "attn_pool.q.bias": (width,), "attn_pool.kv.weight": (2 * width, width),
+                       "attn_pool.kv.bias": (2 * width,), "attn_pool.proj.weight": (width, width),
+                       "attn_pool.proj.bias": (width,), "attn_pool.norm.weight": (width,),
+                       "attn_pool.norm.bias": (width,), "attn_pool.mlp.fc1.weight": (mlp, width),
+                       "attn_pool.mlp.fc1.bias": (mlp,), "attn_pool.mlp.fc2.weight": (width, mlp),
+                       "attn_pool.mlp.fc2.bias": (width,)})
     features = width
     if config.representation_size:
         features = config.representation_size
@@ -482,6 +602,95 @@ def _to_official(tensors, config, source):
                 continue
             converted = transform(array, config.num_heads)
             for key, value in zip((keys,) if isinstance(keys, str) else keys,
-                                  (converted,) if isinstance(keys, str) else converted):
+                                  (converted,) if isinstance(keys, str) else converted, strict=True):
                 arrays[key.format(i)] = np.ascontiguousarray(value)
     return arrays
+
+
+# ------------------------------------------------------------------ writing
+def _heads_first(kernel):  # (D, heads, head_dim) -> Linear (heads * head_dim, D)
+    return kernel.reshape(kernel.shape[0], -1).T
+
+
+# Each reading transform's inverse: the official arrays (one, or a tuple of parts) to the timm tensor.
+_INVERSES = {
+    _conv_kernel: lambda a: a.transpose(3, 2, 0, 1),
+    _dense_kernel: lambda a: a.T,
+    _qkv_kernel: lambda parts: np.concatenate([_heads_first(p) for p in parts]),
+    _kv_kernel: lambda parts: np.concatenate([_heads_first(p) for p in parts]),
+    _q_kernel: _heads_first,
+    _qkv_bias: lambda parts: np.concatenate([p.reshape(-1) for p in parts]),
+    _kv_bias: lambda parts: np.concatenate([p.reshape(-1) for p in parts]),
+    _q_bias: lambda a: a.reshape(-1),
+    _out_kernel: lambda a: a.reshape(-1, a.shape[-1]).T,
+    _same: lambda a: a,
+}
+_WRITTEN_POOLS = {classifier: pool for pool, classifier in _POOLS.items()}
+
+
+def write(model, directory):
+    """Writes a keras_vit model as timm's Hugging Face layout: `model.safetensors` and the `config.json` of
+    `timm.models.save_for_hf`, every architecture argument in `model_args`, so timm builds it with
+    `timm.create_model(architecture, **model_args)` and loads the file with the same outputs.
+
+    Raises:
+        ValueError: naming each field timm's `VisionTransformer` has no counterpart for.
+    """
+    from keras_vit.checkpoints.official import entries, official_key
+    from keras_vit.checkpoints.safetensors import write_safetensors
+
+    config = getattr(model, "vit_config", None)
+    if config is None:
+        raise ValueError(f"The model {model.name!r} carries no ViTConfig; build it with keras_vit.ViT")
+    problems = [f"{name}={getattr(config, name)!r} (timm: {value!r})" for name, value in (
+        ("representation_size", None), ("resnet_num_layers", None), ("layer_norm_epsilon", 1e-6))
+        if getattr(config, name) != value]
+    if config.position_embedding not in ("learned_1d", "none"):
+        problems.append(f"position_embedding={config.position_embedding!r} (timm: 'learned_1d' or 'none')")
+    if problems:
+        raise ValueError("timm's VisionTransformer cannot represent this model: " + "; ".join(problems))
+    arrays = {}
+    for path_in_model, weight, block in entries(model):
+        value = np.asarray(weight.numpy(), np.float32)
+        arrays[official_key(path_in_model)[0]] = value if block is None else value[block]
+    tensors = {}
+    for name, keys, transform in RULES:
+        for i in range(config.num_layers) if "{i}" in name else (None,):
+            parts = tuple(key.format(i) for key in ((keys,) if isinstance(keys, str) else keys))
+            if all(part in arrays for part in parts):
+                value = arrays[parts[0]] if isinstance(keys, str) else tuple(arrays[p] for p in parts)
+                tensors[name.format(i=i)] = np.ascontiguousarray(_INVERSES[transform](value))
+    os.makedirs(directory, exist_ok=True)
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(_written_config(config), f, indent=2, sort_keys=True)
+        f.write("\n")
+    return directory
+
+
+def _written_config(config):
+    """timm's `config.json`: the architecture, every argument in `model_args`, mean and std in `pretrained_cfg`."""
+    size = list(config.image_size)
+    args = dict(
+        img_size=size, patch_size=list(config.patch_size), in_chans=config.channels, embed_dim=config.hidden_size,
+        depth=config.num_layers, num_heads=config.num_heads, mlp_ratio=config.mlp_dim / config.hidden_size,
+        num_classes=config.classes, global_pool=_WRITTEN_POOLS[config.classifier], class_token=config.class_token,
+        no_embed_class=config.no_embed_class, fc_norm=config.fc_norm, reg_tokens=config.num_register_tokens,
+        pos_embed="learn" if config.position_embedding == "learned_1d" else "none",
+        dynamic_img_size=config.dynamic_image_size,
+    )
+    if config.gelu_approximate:
+        args["act_layer"] = "gelu_tanh"
+    architecture = "vit_base_patch16_224"
+    if config.distilled:  # deit.py's VisionTransformerDistilled; its own arguments are VisionTransformer's
+        architecture = "deit_base_distilled_patch16_224"
+        del args["reg_tokens"]
+    return dict(
+        architecture=architecture, num_classes=config.classes, num_features=config.hidden_size,
+        global_pool=args["global_pool"], model_args=args,
+        pretrained_cfg=dict(input_size=[config.channels, *size], fixed_input_size=not config.dynamic_image_size,
+                            interpolation="bicubic", crop_pct=1.0, crop_mode="center",
+                            mean=list(config.input_mean), std=list(config.input_std), num_classes=config.classes,
+                            first_conv="patch_embed.proj",
+                            classifier=["head", "head_dist"] if config.distilled else "head"),
+    )

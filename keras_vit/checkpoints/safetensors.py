@@ -1,4 +1,4 @@
-"""The safetensors file format, read with numpy alone (no torch, no `safetensors` package).
+"""The safetensors file format, read and written with numpy alone (no torch, no `safetensors` package).
 
 The format (huggingface/safetensors): an 8-byte little-endian header length N,
 N bytes of JSON `{name: {dtype, shape, data_offsets}, "__metadata__": {...}}`,
@@ -8,8 +8,11 @@ then the raw little-endian bytes, offsets relative to the end of the header.
 import json
 import math
 import os
+import pathlib
 
 import numpy as np
+
+from keras_vit.atomic_files import atomic_file
 
 _DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
@@ -106,3 +109,33 @@ def _read_tensor(f, start, dtype, shape, begin, end):
     if dtype == "BF16":
         array = (array.astype(np.uint32) << 16).view(np.float32)
     return array
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Writes `{name: np.ndarray}` (float32, float16 or float64) as a `.safetensors` file, atomically.
+
+    Tensors are laid out in name order, as the `safetensors` package writes
+    them; `metadata` is a dict of strings (transformers reads `{"format": "pt"}`).
+    """
+    dtypes = {np.dtype(numpy_dtype): name for name, numpy_dtype in _DTYPES.items() if name != "BF16"}
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        array = np.asarray(tensors[name])
+        if array.dtype not in dtypes:
+            raise ValueError(f"{path}: tensor {name!r} has dtype {array.dtype}; expected one of "
+                             f"{sorted(str(d) for d in dtypes)}")
+        blob = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": dtypes[array.dtype], "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data section starts 8-byte aligned, as the format's writer pads it
+    with atomic_file(pathlib.Path(path)) as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+    return str(path)

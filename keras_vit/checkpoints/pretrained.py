@@ -27,7 +27,7 @@ import urllib.request
 
 from keras_vit.atomic_files import atomic_file
 
-TABLE = pathlib.Path(__file__).parent / "data" / "pretrained_weights.json"
+TABLE = pathlib.Path(__file__).parent.parent / "data" / "pretrained_weights.json"
 BUCKET = "https://storage.googleapis.com/vit_models/"
 
 

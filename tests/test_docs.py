@@ -1,0 +1,221 @@
+"""README.md and docs/*.md run as written: every fenced block, in document order, in a user's folder.
+
+tests/docs_blocks.py parses the blocks and holds the one substitution table; the stand-ins below are
+the files a reader brings (a checkpoint, a photo): real files of the documented kind, made here because
+the machine has no network. A block that cannot run here says so above its fence and names the test
+that stands in for it; the REST and gRPC examples run verbatim against TF Serving's C++ loader behind
+`tests/serving_stand_in.py`.
+"""
+
+import ast
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from concurrent import futures
+
+import pytest
+
+from tests import docs_blocks
+from tests.docs_blocks import DOCS, ROOT
+
+pytestmark = pytest.mark.slow
+
+RUNNABLE = {"bash": "shell", "python": "python"}
+# Names a reader supplies, given to a Python block that uses them without assigning them.
+PYTHON_GIVEN = {name: "_np.random.default_rng(0).integers(0, 256, (2, 224, 224, 3), dtype=_np.uint8)"
+                for name in ("uint8_images", "pixels", "images")}
+# (pattern, replacement, why) for Python blocks.
+PYTHON = (
+    ("gs://my-bucket/", "", "no bucket here: tf.io.gfile opens gs:// paths as it opens local ones"),
+)
+# The docs' folders outside the working folder, kept inside it.
+PATHS = (("/srv/models", "srv/models", "the suite writes only in its own folder"),)
+# The documented order: the README first (its main job makes what the guides use).
+ORDER = ("README.md", "docs/serving.md", "docs/analysis.md", "docs/checkpoints.md", "docs/training.md",
+         "docs/performance.md")
+
+
+def all_blocks():
+    return [block for path in DOCS for block in docs_blocks.blocks(path)]
+
+
+def test_every_block_runs_or_names_a_test_that_stands_in():
+    unknown, stand_ins = [], []
+    for block in all_blocks():
+        if block.lang and block.lang not in RUNNABLE and block.lang not in ("text", "protobuf"):
+            unknown.append(f"{block.where}: ```{block.lang}")
+        if block.marker:
+            path, _, name = block.marker.group("test").partition("::")
+            source = ROOT / path
+            if not source.is_file() or not re.search(rf"^def {re.escape(name)}\(", source.read_text(), re.M):
+                stand_ins.append(f"{block.where}: {block.marker.group('test')}")
+    assert not unknown, f"blocks in a language the docs test does not run: {unknown}"
+    assert not stand_ins, f"stand-in tests that do not exist: {stand_ins}"
+    assert set(ORDER) == {str(p.relative_to(ROOT)) for p in DOCS if docs_blocks.blocks(p)}, "add the doc to ORDER"
+
+
+def test_shell_commands_split_and_substitute():
+    text = "# a comment\npython -m x \\\n  --a=1   # trailing\npython -c \"\nprint(1)\"\n"
+    assert docs_blocks.commands(text) == ["python -m x    --a=1   # trailing", 'python -c "\nprint(1)"']
+    main_job = ("python3 -m venv .venv && .venv/bin/pip install -q -e '.[train]' && "
+                ".venv/bin/python -m trainers.train --model_dir=runs/digits")
+    assert docs_blocks.substituted(main_job).startswith("python -m trainers.train --model_dir=runs/digits --train_")
+    assert docs_blocks.substituted("python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
+                                   ".venv/bin/python -m pytest -q") is None
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory):
+    """A user's working folder with the files the docs assume, and `python` on PATH."""
+    folder = tmp_path_factory.mktemp("user")
+    bin_dir, keras_home = folder / ".bin", folder / ".keras"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # a link would leave the venv
+    (bin_dir / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "KERAS_HOME": str(keras_home),
+           "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("KERAS_BACKEND", None)
+    subprocess.run([sys.executable, "-c", STAND_INS, str(folder), str(keras_home)], check=True, env=env,
+                   cwd=ROOT, timeout=600)
+    return folder, env
+
+
+# The files a reader brings, of the documented kinds: random weights in the real architectures and formats.
+STAND_INS = r"""
+import os, pathlib, shutil, sys
+import numpy as np, tensorflow as tf
+import keras_vit
+from keras_vit.checkpoints import pretrained
+
+folder, keras_home = map(pathlib.Path, sys.argv[1:])
+os.chdir(folder)
+b16 = keras_vit.ViT_B16()
+keras_vit.save_npz(b16, "ViT-B_16.npz")                                           # an official B/16 file
+(folder / "imagenet21k").mkdir()
+keras_vit.save_npz(keras_vit.ViT_B16(classes=21843, representation_size=768), "imagenet21k/ViT-B_16.npz")
+for tag, local in (("augreg_in21k_ft_in1k", "ViT-B_16.npz"), ("imagenet21k", "imagenet21k/ViT-B_16.npz")):
+    cached = pretrained.cache_path(pretrained.resolve("B/16", tag).url)           # as if fetched once
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(folder / local, cached)
+fixtures = pathlib.Path(os.environ["PYTHONPATH"]) / "tests" / "fixtures"
+shutil.copytree(fixtures / "timm" / "deit", "hf/deit_tiny_patch16_224")           # a timm hub folder
+shutil.copy(fixtures / "token.npz", "finetuned.npz")                              # a small official file
+pathlib.Path("labels.txt").write_text("".join(f"digit {k}\n" for k in range(10)))
+rng = np.random.default_rng(0)
+tf.io.write_file("photo.jpg", tf.io.encode_jpeg(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)))
+tf.io.write_file("digit.png", tf.io.encode_png(rng.integers(0, 17, (8, 8, 1), dtype=np.uint8) * 15))
+os.symlink("runs/digits/model.keras", "model.keras")                             # the main job's model
+"""
+
+
+def run_shell(command, folder, env, where):
+    for old, new, _ in PATHS:
+        command = command.replace(old, new)
+    result = subprocess.run(["bash", "-c", command], cwd=folder, env=env, capture_output=True, text=True,
+                            timeout=900)
+    assert result.returncode == 0, (f"{where}: `{command}` failed ({result.returncode}):\n"
+                                    f"{result.stdout[-1500:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def python_program(block):
+    text = block.text
+    for old, new, _ in PYTHON:
+        text = text.replace(old, new)
+    assigned = {node.id for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Name)
+                and isinstance(node.ctx, ast.Store)}
+    given = [f"{name} = {value}" for name, value in PYTHON_GIVEN.items()
+             if name not in assigned and re.search(rf"\b{name}\b", text)]
+    prelude = "import numpy as _np\n" + "\n".join(given) + "\ndel _np\n" if given else ""
+    return prelude + text
+
+
+def run_block(block, folder, env):
+    if block.lang == "bash":
+        for command in docs_blocks.commands(block.text):
+            command = docs_blocks.substituted(command)
+            if command is not None:
+                run_shell(command, folder, env, block.where)
+    else:
+        result = subprocess.run([sys.executable, "-c", python_program(block)], cwd=folder, env=env,
+                                capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, f"{block.where}: the block failed:\n{result.stderr[-3000:]}"
+
+
+def test_readme_and_guides_run_in_order(user):
+    """The README's main job first (everything after uses its model); then the shell blocks in order, and beside
+    them the Python blocks in order (no Python block reads what a later shell block writes)."""
+    folder, env = user
+    runnable = [block for name in ORDER for block in docs_blocks.blocks(ROOT / name)
+                if block.lang in RUNNABLE and not block.marker]
+    main_job, rest = runnable[0], runnable[1:]
+    assert "trainers.train" in main_job.text, "the README's first block is its main job"
+    ran = {}
+
+    def lane(blocks):
+        for block in blocks:
+            started = time.monotonic()
+            run_block(block, folder, env)
+            ran[block.where] = round(time.monotonic() - started, 1)
+
+    lane([main_job])
+    with futures.ThreadPoolExecutor(2) as pool:
+        lanes = [pool.submit(lane, [b for b in rest if b.lang == lang]) for lang in ("bash", "python")]
+        for done in lanes:
+            done.result()  # re-raises a block's failure
+    print("\n".join(f"{where}: {seconds} s" for where, seconds in ran.items()))
+    assert len(ran) == len(runnable) and (folder / "runs/digits/model.keras").is_file()
+
+
+def test_a_block_that_drifts_from_the_code_fails(user):
+    folder, env = user
+    block = next(b for b in docs_blocks.blocks(ROOT / "README.md") if "--inspect" in b.text)
+    drifted = docs_blocks.Block(block.path, block.line, block.lang, block.text.replace("--inspect", "--inspekt"))
+    with pytest.raises(AssertionError, match="inspekt"):
+        run_block(drifted, folder, env)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_rest_and_grpc_examples_answer_through_the_cpp_loader(user):
+    """docs/serving.md's curl and gRPC examples, verbatim but for the ports, against the exported digits."""
+    folder, env = user
+    base = folder / "srv/models/digits"
+    assert base.is_dir(), "the guides' export runs first (test_readme_and_guides_run_in_order)"
+    rest, grpc_port = _free_port(), _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tests.serving_stand_in", "--model=digits",
+                               f"--base_path={base}", f"--rest_port={rest}", f"--grpc_port={grpc_port}"],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready", server.stderr.read()[-2000:]
+        examples = [b for b in docs_blocks.blocks(ROOT / "docs/serving.md") if "localhost:850" in b.text]
+        assert {b.lang for b in examples} == {"bash", "python"}, "the REST and the gRPC examples"
+        for block in examples:
+            text = block.text.replace("localhost:8501", f"localhost:{rest}").replace("localhost:8500",
+                                                                                     f"localhost:{grpc_port}")
+            if block.lang == "bash":
+                for command in docs_blocks.commands(text):
+                    answer = run_shell(command, folder, env, block.where).stdout
+                    assert '"error"' not in answer and answer.strip(), f"{block.where}: {command}\n{answer}"
+            else:
+                run_block(docs_blocks.Block(block.path, block.line, block.lang, text), folder, env)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_model_server_config_blocks_parse_as_their_protos():
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    configs = [b for b in docs_blocks.blocks(ROOT / "docs/serving.md") if "model_config_list" in b.text]
+    assert configs
+    for block in configs:
+        text_format.Parse(block.text, model_server_config_pb2.ModelServerConfig())

@@ -1,0 +1,191 @@
+"""Hugging Face `transformers` directories: read with transformers' outputs, and written back.
+
+The fixtures in tests/fixtures/hf/ were written by transformers itself
+(`make_hf_fixtures.py`: `save_pretrained` of tiny random ViT / DeiT models,
+with their outputs); keras_vit reads them without torch or transformers.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import checkpoints
+from keras_vit.checkpoints import hf_transformers
+from keras_vit.checkpoints.resolve import checkpoint_format
+from keras_vit.checkpoints.safetensors import read_safetensors, write_safetensors
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
+TIMM_DIRECTORY = os.path.join(os.path.dirname(__file__), "fixtures", "timm", "augreg")
+
+CASES = {  # case: the ViTConfig fields it must give
+    "vit_classifier": dict(classes=5, gelu_approximate=False, layer_norm_epsilon=1e-12,
+                           input_mean=(0.4, 0.5, 0.6), input_std=(0.2, 0.25, 0.3), distilled=False),
+    "vit_model": dict(classes=0, representation_size=24, input_mean=(0.5,) * 3),
+    "vit_tanh": dict(classes=5, gelu_approximate=True, layer_norm_epsilon=1e-6),
+    "deit_teacher": dict(classes=5, distilled=True, input_mean=(0.485, 0.456, 0.406)),
+}
+
+
+def _io(case):
+    with np.load(os.path.join(FIXTURES, f"{case}_io.npz")) as io:
+        return io["inputs"], io["outputs"]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_transformers_directories_give_transformers_outputs(case, scan_layers):
+    model = keras_vit.ViT.from_checkpoint(os.path.join(FIXTURES, case), classifier_activation=None,
+                                          scan_layers=scan_layers)
+    assert {name: getattr(model.vit_config, name) for name in CASES[case]} == CASES[case]
+    inputs, outputs = _io(case)
+    np.testing.assert_allclose(np.asarray(model(inputs)), outputs, atol=1e-4)
+
+
+def test_the_format_is_told_by_config_json():
+    assert checkpoint_format(os.path.join(FIXTURES, "vit_classifier"))[0] is hf_transformers
+    assert not hf_transformers.matches(TIMM_DIRECTORY)  # timm's config.json has no model_type
+    assert checkpoint_format(TIMM_DIRECTORY)[0] is not hf_transformers
+
+
+def test_labels_are_read(tmp_path):
+    assert hf_transformers.labels(os.path.join(FIXTURES, "vit_classifier")) == ["cat", "dog", "bird", "fish", "frog"]
+    assert hf_transformers.labels(os.path.join(FIXTURES, "vit_model")) is None
+    # What the exporter takes by default: a format's stated names; transformers' placeholders are none.
+    assert checkpoints.checkpoint_labels(os.path.join(FIXTURES, "vit_classifier"))[0] == "cat"
+    placeholder = checkpoints.save_transformers(keras_vit.ViT.from_checkpoint(os.path.join(FIXTURES, "vit_tanh")),
+                                                str(tmp_path / "placeholder"))
+    assert hf_transformers.labels(placeholder)[0] == "LABEL_0" and checkpoints.checkpoint_labels(placeholder) is None
+    assert checkpoints.checkpoint_labels(os.path.join(os.path.dirname(FIXTURES), "token.npz")) is None
+
+
+def test_weights_load_into_a_built_model():
+    model = keras_vit.ViT(checkpoints.config_from_checkpoint(os.path.join(FIXTURES, "vit_tanh")),
+                          weights=os.path.join(FIXTURES, "vit_tanh"), classifier_activation=None)
+    inputs, outputs = _io("vit_tanh")
+    np.testing.assert_allclose(np.asarray(model(inputs)), outputs, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_written_directories_are_what_transformers_wrote(tmp_path, case):
+    # Reading then writing gives transformers' own tensors and numerics back, so from_pretrained loads them as
+    # it loads its own files (checked with transformers itself: make_hf_fixtures.py --verify DIR).
+    source = os.path.join(FIXTURES, case)
+    model = keras_vit.ViT.from_checkpoint(source)
+    written = checkpoints.save_transformers(model, str(tmp_path / case), labels=hf_transformers.labels(source))
+    theirs, ours = read_safetensors(os.path.join(source, "model.safetensors")), \
+        read_safetensors(os.path.join(written, "model.safetensors"))
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+    with open(os.path.join(source, "config.json")) as f, open(os.path.join(written, "config.json")) as g:
+        expected, got = json.load(f), json.load(g)
+    for key in ("architectures", "model_type", "hidden_act", "layer_norm_eps", "image_size", "patch_size",
+                "hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "id2label",
+                "pooler_output_size"):
+        assert got.get(key) == expected.get(key), key
+    reread = keras_vit.ViT.from_checkpoint(written, classifier_activation=None)
+    assert reread.vit_config == model.vit_config
+    inputs, outputs = _io(case)
+    np.testing.assert_allclose(np.asarray(reread(inputs)), outputs, atol=1e-4)
+
+
+def test_a_keras_vit_model_round_trips(tmp_path):
+    model = keras_vit.ViT(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=(32, 48),
+                          classes=3, classifier_activation=None)
+    for weight in model.weights:
+        weight.assign(np.random.default_rng(len(weight.path)).normal(0, 0.3, weight.shape))
+    images = np.random.default_rng(0).normal(size=(2, 32, 48, 3)).astype("float32")
+    directory = checkpoints.save_transformers(model, str(tmp_path / "m"))
+    reread = keras_vit.ViT.from_checkpoint(directory, classifier_activation=None)
+    np.testing.assert_allclose(np.asarray(reread(images)), np.asarray(model(images)), atol=1e-5)
+    assert hf_transformers.labels(directory) == ["LABEL_0", "LABEL_1", "LABEL_2"]
+
+
+def test_models_transformers_cannot_represent_are_refused(tmp_path):
+    small = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=32, classes=3)
+    for fields, message in ((dict(classifier="gap"), r"classifier='gap' \(transformers: 'token'\)"),
+                            (dict(num_register_tokens=2), r"num_register_tokens=2"),
+                            (dict(representation_size=16), r"representation_size=16 with a head")):
+        with pytest.raises(ValueError, match=r"transformers' ViT cannot represent this model: .*" + message):
+            checkpoints.save_transformers(keras_vit.ViT(**small, **fields), str(tmp_path / "x"))
+    with pytest.raises(ValueError, match=r"`labels` must name each of the 3 classes; received 2 names"):
+        checkpoints.save_transformers(keras_vit.ViT(**small), str(tmp_path / "x"), labels=["a", "b"])
+    assert not os.path.exists(tmp_path / "x")
+
+
+def _copy(tmp_path, case="vit_classifier"):
+    target = tmp_path / case
+    shutil.copytree(os.path.join(FIXTURES, case), target)
+    return target
+
+
+def _edit_config(directory, **changes):
+    with open(directory / "config.json") as f:
+        cfg = json.load(f)
+    cfg.update(changes)
+    with open(directory / "config.json", "w") as f:
+        json.dump(cfg, f)
+
+
+def test_files_keras_vit_cannot_represent_are_refused(tmp_path):
+    for changes, message in ((dict(qkv_bias=False), r"qkv_bias=False"),
+                             (dict(hidden_act="relu"), r"hidden_act='relu'"),
+                             (dict(architectures=["ViTForMaskedImageModeling"]), r"architectures="),
+                             (dict(image_size=48), r"says a 6x6 grid .* 37 positions; .* have 17")):
+        directory = _copy(tmp_path)
+        _edit_config(directory, **changes)
+        with pytest.raises(ValueError, match=message):
+            checkpoints.config_from_checkpoint(directory)
+        shutil.rmtree(directory)
+    # DeiTForImageClassification: the class token's head alone, which keras_vit's distilled model does not compute.
+    directory = _copy(tmp_path, "deit_teacher")
+    tensors = read_safetensors(directory / "model.safetensors")
+    tensors = {("classifier" + name[len("cls_classifier"):] if name.startswith("cls_") else name): value
+               for name, value in tensors.items() if not name.startswith("distillation_classifier")}
+    write_safetensors(directory / "model.safetensors", tensors)
+    _edit_config(directory, architectures=["DeiTForImageClassification"])
+    with pytest.raises(ValueError, match=r"architectures=\['DeiTForImageClassification'\]"):
+        checkpoints.config_from_checkpoint(directory)
+
+
+def test_without_preprocessor_config_the_image_processors_defaults_hold(tmp_path):
+    for case, mean in (("vit_classifier", (0.5, 0.5, 0.5)), ("deit_teacher", (0.485, 0.456, 0.406))):
+        directory = _copy(tmp_path, case)
+        os.remove(directory / "preprocessor_config.json")
+        assert checkpoints.config_from_checkpoint(directory).input_mean == mean
+
+
+def test_pytorch_bin_is_refused_with_how_to_resave(tmp_path):
+    directory = _copy(tmp_path)
+    os.remove(directory / "model.safetensors")
+    (directory / "pytorch_model.bin").write_bytes(b"not opened")
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin.*save_pretrained\(dir, safe_serialization=True\)"):
+        keras_vit.ViT.from_checkpoint(directory)
+
+
+def test_sharded_directories_are_read(tmp_path):
+    directory = _copy(tmp_path)
+    tensors = read_safetensors(directory / "model.safetensors")
+    os.remove(directory / "model.safetensors")
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, shard_names in shards.items():
+        write_safetensors(directory / shard, {name: tensors[name] for name in shard_names})
+    index = {"weight_map": {name: shard for shard, shard_names in shards.items() for name in shard_names}}
+    (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    model = keras_vit.ViT.from_checkpoint(directory, classifier_activation=None)
+    inputs, outputs = _io("vit_classifier")
+    np.testing.assert_allclose(np.asarray(model(inputs)), outputs, atol=1e-4)
+
+
+def test_unknown_tensors_are_refused(tmp_path):
+    directory = _copy(tmp_path)
+    tensors = read_safetensors(directory / "model.safetensors")
+    tensors["decoder.0.weight"] = np.zeros((4, 4), np.float32)
+    write_safetensors(directory / "model.safetensors", tensors)
+    with pytest.raises(ValueError, match=r"tensors keras_vit's ViT has no place for: \['decoder\.0\.weight'\]"):
+        checkpoints.config_from_checkpoint(directory)
