@@ -44,11 +44,11 @@ def read_warmup(path):
         start += 12 + length + 4
         request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
         requests.append((request.model_spec.signature_name,
-                         {key: _array(proto) for key, proto in request.inputs.items()}))
+                         {key: proto_array(proto) for key, proto in request.inputs.items()}))
     return requests
 
 
-def _array(proto):
+def proto_array(proto):
     """A TensorProto as written by `tf.make_tensor_proto` (strings in `string_val`, numbers in `tensor_content`)."""
     shape = [dim.size for dim in proto.tensor_shape.dim]
     dtype = capi.DTYPES[proto.dtype]

@@ -75,6 +75,7 @@ SHELL = (
     (r"^python3 -m venv \.venv && \.venv/bin/pip install -q -e '\.\[[a-z,]+\]' && \.venv/bin/", "",
      "the install: the suite runs in the environment the README's test command installed"),
     (r"^pip install -e '\.\[[a-z,]+\]'", None, "an extra's install: the suite's environment has every extra"),
+    (r"/srv/models", "srv/models", "the docs' serving folder, kept inside the suite's working folder"),
     # The main job's full run is the README's own figure (benchmarks); a short run writes the same files.
     (r"(-m trainers\.train --model_dir=runs/digits)$", r"\1 --train_steps=60 --checkpoint_every=30", None),
 )

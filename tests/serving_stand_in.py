@@ -31,7 +31,7 @@ from google.protobuf import json_format  # noqa: E402
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2  # noqa: E402
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # noqa: E402
 
-from export.serving_check import _array  # noqa: E402
+from export.serving_check import proto_array  # noqa: E402
 
 CODES = {v if v is not object else object: k for k, v in capi.DTYPES.items()}
 
@@ -142,7 +142,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.server = server
 
     def Predict(self, request, context):
-        inputs = {name: _array(proto) for name, proto in request.inputs.items()}
+        inputs = {name: proto_array(proto) for name, proto in request.inputs.items()}
         try:
             outputs = self.server.predict(request.model_spec.signature_name or "serving_default", inputs)
         except capi.TFError as error:

@@ -37,6 +37,8 @@ FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 # weights are `resize`'s byte for byte (the resize methods are tested on TensorFlow in test_checkpoints.py).
 OFFICIAL_CASES = {"token": {}, "gap": {}, "representation": {}, "rectangular": {"image_size": (32, 48)},
                   "hybrid": {}, "resize": {"image_size": 48}}
+# Official cases also loaded with scan_layers=True.
+SCANNED_CASES = ("token", "gap")
 # timm cases: the path under fixtures/timm (`bare` is a lone file without config.json).
 TIMM_CASES = {case: case for case in ("augreg", "deit", "deit_distilled", "gap_fc_norm", "gap_no_token",
                                       "no_embed_class", "orig_in21k")} | {"bare": "bare/weights.safetensors"}
@@ -68,6 +70,10 @@ def official_logits():
     for case, overrides in OFFICIAL_CASES.items():
         model = keras_vit.ViT.from_checkpoint(FIXTURES / f"{case}.npz", classifier_activation=None, **overrides)
         out[case] = numpy(model(np.load(FIXTURES / f"{case}_io.npz")["images"]))
+    for case in SCANNED_CASES:  # the same files into one ScannedEncoder: its loop on each backend
+        model = keras_vit.ViT.from_checkpoint(FIXTURES / f"{case}.npz", classifier_activation=None, scan_layers=True,
+                                              **OFFICIAL_CASES[case])
+        out[f"{case}, scanned"] = numpy(model(np.load(FIXTURES / f"{case}_io.npz")["images"]))
     return out
 
 

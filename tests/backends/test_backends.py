@@ -82,6 +82,9 @@ def test_official_fixtures_give_the_reference_logits(results, backend):
     for case in checks.OFFICIAL_CASES:
         expected = np.load(checks.FIXTURES / f"{case}_io.npz")["logits"]
         np.testing.assert_allclose(out[f"official:{case}"], expected, rtol=0, atol=LOGIT_ATOL, err_msg=case)
+    for case in checks.SCANNED_CASES:
+        expected = np.load(checks.FIXTURES / f"{case}_io.npz")["logits"]
+        np.testing.assert_allclose(out[f"official:{case}, scanned"], expected, rtol=0, atol=LOGIT_ATOL, err_msg=case)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
