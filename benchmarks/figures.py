@@ -34,12 +34,11 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = pathlib.Path("benchmarks") / "results"
 
-# The last run on the CPU of the earlier runs, beside the current one in the CPU suite's summary.
-EARLIER_CPU_RUN = "suite_cpu_2026-11-22.json"
-# Every CPU run of the same suite, oldest first, kept to show the run-to-run drift and the machine's weight.
+# Every earlier CPU run of the suite, oldest first, kept to show the run-to-run drift and the machine's weight
+# (the current run, suite_cpu.json, is in the question tables: each figure once).
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
-              EARLIER_CPU_RUN, "suite_cpu_2026-11-25_first.json", "suite_cpu_2026-11-25_second.json",
-              "suite_cpu.json")
+              "suite_cpu_2026-11-22.json", "suite_cpu_2026-11-25_first.json", "suite_cpu_2026-11-25_second.json",
+              "suite_cpu_2026-11-26.json")
 # The GPU suite on another kind of GPU than suite_gpu_jax.json's (the kind issue 18 names), before and after
 # attention ran as cuDNN's fused kernel (docs/performance.md, "GPU suite"); each JSON names its machine.
 GPU_MATMUL_ATTENTION = "suite_gpu_jax_matmul_attention.json"
@@ -110,7 +109,8 @@ def _suite_line(suite, name):
 
 
 # The matmul of each worker: keras_vit's is its Keras backend's.
-_LIBRARIES = {"keras_vit": "{backend}", "timm": "PyTorch", "numpy": "numpy"}
+_LIBRARIES = {"keras_vit": "{backend}", "timm": "PyTorch", "numpy": "numpy", "onnxruntime": "ONNX Runtime",
+              "openvino": "OpenVINO"}
 
 
 def _matmul_rates(suite):
@@ -123,9 +123,11 @@ def _matmul_rates(suite):
     return {library: {"median": statistics.median(v), "min": min(v), "max": max(v)} for library, v in values.items()}
 
 
-def _throughput_table(suite):
+def _throughput_table(suite, ratios=True):
+    """Images/s and share of the matmul limit per implementation ("-" where it does not run the task), and with
+    `ratios` each keras_vit row's ratio to timm."""
     labels = [im["label"] for im in suite["settings"]["implementations"]]
-    ours = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm"]
+    ours = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] == "keras_vit"] if ratios else []
     columns = (["task", "variant", "batch"] + [f"{_short(label)}: images/s, of limit" for label in labels]
                + [f"{_short(label)} / timm" for label in ours])
     rows = []
@@ -133,8 +135,8 @@ def _throughput_table(suite):
         s = r["summary"]
         rows.append([r["task"], r["variant"], r["batch"]]
                     + [f"{_spread(s[label]['images_per_s'], '{:.1f}')}, {s[label]['fraction_of_limit']['median']:.0%}"
-                       for label in labels]
-                    + [_spread(s[label]["vs_timm"]) for label in ours])
+                       if label in s else "-" for label in labels]
+                    + [_spread(s[label]["vs_timm"]) if label in s else "-" for label in ours])
     return _table(columns, rows)
 
 
@@ -151,8 +153,9 @@ def _probe_table(suite):
 def _first_call_table(suite):
     """Each configuration's first call in its worker, whose framework was already imported."""
     labels = [im["label"] for im in suite["settings"]["implementations"]]
-    rows = [[r["task"], r["variant"], r["batch"]] + [f"{r['first_call_s_warm_process'][label]:.1f}" for label in labels]
-            for r in suite["results"]]
+    rows = [[r["task"], r["variant"], r["batch"]] + [f"{r['first_call_s_warm_process'][label]:.1f}"
+                                                     if label in r["first_call_s_warm_process"] else "-"
+                                                     for label in labels] for r in suite["results"]]
     return _table(["task", "variant", "batch"] + [f"{_short(label)}: first call s" for label in labels], rows)
 
 
@@ -163,31 +166,36 @@ def _targets_table(suite):
     return _table(["target (issue 18)", "goal", "measured", "met"], rows)
 
 
-def suite_region(name):
+def suite_region(name, ratios=True):
+    """One run of the suite, whole. Without `ratios` the rates alone: the ratios are in the question tables."""
     def region(results):
         suite = _load(results, name)
         return "\n\n".join([
             _suite_line(suite, name),
-            "Throughput: images/s median (min-max) over the rounds and the median share of the matmul limit; "
-            "the ratio to timm is taken within each round, median (min-max).",
-            _throughput_table(suite),
+            "Throughput: images/s median (min-max) over the rounds and the median share of the matmul limit"
+            + ("; the ratio to timm is taken within each round, median (min-max)." if ratios else
+               " (the ratios are in the tables above)."),
+            _throughput_table(suite, ratios),
             *(["First call and peak memory, each in a fresh process (compile = first call - a steady call):",
                _probe_table(suite)] if suite["probes"] else
               ["First call of each configuration (build excluded: tracing, compiling and one call), in its "
                "worker, framework already imported:", _first_call_table(suite)]),
-            _targets_table(suite)])
+            *([_targets_table(suite)] if ratios else [])])
     return region
 
 
-def gpu_attention_region(results):
-    before, after = _load(results, GPU_MATMUL_ATTENTION), _load(results, GPU_H200)
+def gpu_region(results):
+    """Who is faster on a GPU: keras_vit under XLA against timm under `torch.compile`, on each GPU lent."""
+    runs = (("suite_gpu_jax.json", "cuDNN attention"), (GPU_H200, "cuDNN attention"),
+            (GPU_MATMUL_ATTENTION, "attention by matmuls"))
+    suites = [(name, _load(results, name), how) for name, how in runs]
     rows = [[r["task"], r["variant"], r["batch"]] + [_vs_timm(suite, r["task"], r["variant"], r["batch"])
-                                                     for suite in (before, after)] for r in after["results"]]
-    return ("keras_vit XLA / timm compile, median (min-max) of the per-round ratios: attention by the matmuls "
-            f"({_provenance(GPU_MATMUL_ATTENTION, before)}) and by cuDNN's fused kernel "
-            f"({_provenance(GPU_H200, after)}). Each run had a lent machine of its own; each ratio is "
-            "taken within its run.\n\n" + _table(["task", "variant", "batch", "matmuls / timm", "cuDNN fused / timm"],
-                                                   rows))
+                                                     for _, suite, _ in suites] for r in suites[0][1]["results"]]
+    columns = [f"{suite['machine']['gpu'].replace('NVIDIA ', '')}, {how}" for _, suite, how in suites]
+    return ("keras_vit XLA (Keras' JAX backend, `mixed_bfloat16`) over timm under `torch.compile` (bf16 autocast), "
+            "images/s ratio taken within each round, median (min-max). Each column is one run on a lent machine: "
+            + "; ".join(_provenance(name, suite) for name, suite, _ in suites) + ".\n\n"
+            + _table(["task", "variant", "batch"] + columns, rows))
 
 
 def _vs_timm(suite, task, variant, batch, label="keras_vit XLA"):
@@ -211,25 +219,56 @@ def drift_region(runs, backend):
             rows.append([f"`{name}`", f"{suite['machine']['date']}, {_machine(suite['machine'])}",
                          f"{suite['matmul_limit_gflops']['median']:.0f}", f"{suite['settings']['seconds']:g}",
                          f"{suite['wall_s']:.0f}"] + [_vs_timm(suite, *config) for config in _HEADLINE])
-        return (f"keras_vit XLA / timm, median (min-max) of the per-round ratios, in every CPU run of the suite on "
+        return (f"keras_vit XLA / timm, median (min-max) of the per-round ratios, in CPU runs of the suite on "
                 f"{backend} (same versions, oldest first). Runs before 2026-11-25 did not record the CPU's family; "
                 "their matmul limit tells their machine apart:\n\n" + _table(columns, rows))
     return region
 
 
-def summary_region(results):
-    suite, earlier = _load(results, "suite_cpu.json"), _load(results, EARLIER_CPU_RUN)
-    labels = [im["label"] for im in suite["settings"]["implementations"] if im["impl"] != "timm"]
-    rows = [[f"{v} {t}", b] + [_vs_timm(suite, t, v, b, label) for label in labels] + [_vs_timm(earlier, t, v, b)]
-            for t, v, b in _HEADLINE]
-    return (f"Against timm in the same run ({suite['machine']['date']}, {_machine(suite['machine'])}, "
-            f"`{RESULTS / 'suite_cpu.json'}`), images/s ratio per round, median (min-max). The last column is "
-            f"the same suite on the CPU of the earlier runs ({earlier['machine']['date']}, matmul limit "
-            f"{earlier['matmul_limit_gflops']['median']:.0f} GFLOP/s against "
-            f"{suite['matmul_limit_gflops']['median']:.0f}): a ratio to timm is mostly a ratio of the two "
-            "libraries' matmuls on the machine at hand.\n\n"
-            + _table(["workload", "batch"] + [f"{_short(label)} / timm" for label in labels]
-                     + [f"XLA / timm, {earlier['machine']['date']}"], rows))
+def cpu_inference_region(results):
+    """Who serves a ViT fastest on a CPU: every implementation against the faster deployment runtime."""
+    suite = _load(results, "suite_cpu.json")
+    labels = [im["label"] for im in suite["settings"]["implementations"] if "inference" in im.get("tasks", ())]
+    rows = [[r["variant"], r["batch"]] + [_spread(r["summary"][label]["vs_runtime"]) for label in labels]
+            for r in suite["results"] if r["task"] == "inference"]
+    return (f"Inference, images/s over the faster of ONNX Runtime and OpenVINO in the same round (both run timm's "
+            f"model exported to ONNX), median (min-max) over the rounds; above 1 is faster than both. "
+            f"{_provenance('suite_cpu.json', suite)}, float32, 224 px, 2 threads each.\n\n"
+            + _table(["variant", "batch"] + [f"{_short(label)} / faster runtime" for label in labels], rows))
+
+
+def cpu_training_region(results):
+    """Who trains a ViT fastest on a CPU: keras_vit's forms against timm (the runtimes do not train)."""
+    suite = _load(results, "suite_cpu.json")
+    labels = [im["label"] for im in suite["settings"]["implementations"]
+              if im["impl"] == "keras_vit" and "training" in im.get("tasks", ("training",))]
+    rows = [[r["variant"], r["batch"]] + [_spread(r["summary"][label]["vs_timm"]) for label in labels]
+            for r in suite["results"] if r["task"] == "training"]
+    return (f"Training steps (AdamW), images/s over timm's (eager, the CPU's way) in the same round, median (min-max) "
+            f"over the rounds. {_provenance('suite_cpu.json', suite)}, float32, 224 px, 2 threads each.\n\n"
+            + _table(["variant", "batch"] + [f"{_short(label)} / timm" for label in labels], rows))
+
+
+# --- benchmarks.first_call
+
+def first_call_region(results):
+    """The first training call on Keras' own path by stage, beside a Keras AdamW instance and timm."""
+    data = _load(results, "first_call_cpu.json")
+    stages = ("build_s", "trace_s", "first_run_s", "total_s", "steady_s")
+    rows = []
+    for result in data["results"]:
+        for label, row in result["rows"].items():
+            ratios = [run[label]["total_s"] / run["timm"]["total_s"] for run in result["runs"]]
+            rows.append([result["variant"], label.replace("compile", "`compile") + "`" if label != "timm" else label]
+                        + [_spread(row[stage], "{:.1f}") if stage in row else "-" for stage in stages]
+                        + [_spread({"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)})])
+    gemm = ", ".join(f"{r['variant']} {_spread(r['numpy_gemm_gflops'], '{:.0f}')}" for r in data["results"])
+    settings = data["settings"]
+    return (f"{_provenance('first_call_cpu.json', data)}; batch {settings['batch']}, {settings['image_size']} px, "
+            f"{settings['threads']} threads, each row a fresh process, {settings['repeats']} of each, alternating; "
+            f"seconds, median (min-max). numpy's GEMM in the same runs, GFLOP/s: {gemm}.\n\n"
+            + _table(["variant", "run", "build", "trace", "first run", "build to first step", "steady step",
+                      "build to first step / timm's"], rows))
 
 
 # --- benchmarks.export_latency
@@ -247,6 +286,24 @@ def export_latency_region(results):
             f"same rounds: "
             f"{_spread(gemm, '{:.0f}')} GFLOP/s.\n\n"
             + _table(["variant", "runtime", "ms", "vs keras", "speed-up over SavedModel"], rows))
+
+
+# --- benchmarks.int8_agreement
+
+def int8_agreement_region(results):
+    data = _load(results, "int8_agreement_cpu.json")
+    rows = [[r["model"], r["lever"], r["calibration_images"], f"{r['top1_agreement']:.2%}", r["flips"],
+             "yes" if r["passes"] else "no", f"{r['relative_logit_error']:.4f}", sum(r["float_ops"].values()),
+             f"{r['latency_vs_default']:.2f}x"] for r in data["results"]]
+    float_top1 = {r["model"]: r["float_top1"] for r in data["results"]}
+    return (f"{_provenance('int8_agreement_cpu.json', data)}, TensorFlow {data['tensorflow']}; full int8 "
+            f"against the float model on the 360 test digits (float test top-1: "
+            f"{', '.join(f'{model} {top1:.1%}' for model, top1 in float_top1.items())}), calibrated on the "
+            f"training digits; logit error: "
+            f"mean |difference| over mean |logit|; latency: batch-1 invoke, one thread, median ratio to the "
+            f"default within alternating rounds.\n\n"
+            + _table(["model", "lever", "calibration images", "top-1 agreement", "flips", ">= 99%",
+                      "logit error", "float ops", "latency vs default"], rows))
 
 
 # --- benchmarks.tflite_int8_ops
@@ -420,7 +477,8 @@ _MET = {True: "yes", False: "no"}
 # The sections of docs/performance.md the rows link to, by anchor, with the link's text.
 _SECTIONS = {"cpu-suite-tensorflow-backend": "TF", "cpu-suite-keras-jax-backend": "JAX",
              "training-input-pipeline": "input pipeline", "training-memory-remat": "remat",
-             "serving-latency": "serving latency", "export-latency": "export latency", "gpu-suite": "GPU suite"}
+             "serving-latency": "serving latency", "export-latency": "export latency", "gpu-suite": "GPU suite",
+             "serving-on-a-cpu-keras_vit-timm-onnx-runtime-openvino": "runtimes"}
 
 
 def _suite_targets(results, name, pattern):
@@ -496,6 +554,20 @@ def _both_backends(pattern, fmt="{:.2f}"):
     return row
 
 
+def _runtime_row(results):
+    """Issue 44's CPU rows: keras_vit's faster served form over the faster runtime, then B/16's memory ratio."""
+    speed = _suite_targets(results, "suite_cpu.json", r"(Ti|B)/16 inference batch \d+, .*, x the faster runtime")
+    (memory,) = _suite_targets(results, "suite_cpu.json", r"B/16 inference batch 8, peak memory, .*")
+    return (", ".join(f"{value:.2f}" for value, _ in speed) + f"; memory {memory[0]:.2f}",
+            _MET[all(met for _, met in (*speed, memory))])
+
+
+def _int8_agreement_row(results):
+    """The export's default full int8 on each model of benchmarks/int8_agreement.py."""
+    rows = [r for r in _load(results, "int8_agreement_cpu.json")["results"] if r["lever"].startswith("default")]
+    return ", ".join(f"{r['top1_agreement']:.2%}" for r in rows), _MET[all(r["passes"] for r in rows)]
+
+
 _BOTH = ("cpu-suite-tensorflow-backend", "cpu-suite-keras-jax-backend")
 # (target, how it is measured, sections of docs/performance.md). "x timm": the ratio of images/s to timm's in
 # the same rounds. Each row reads the JSON its section renders.
@@ -518,9 +590,21 @@ TARGETS = (
     ("LiteRT fp32, Ti/16 batch 1 >= 2.5 x the SavedModel", _litert_row("tflite none", 2.5), "export-latency"),
     ("LiteRT full int8, Ti/16 batch 1 >= 4 x the SavedModel", _litert_row("tflite int8", 4.0), "export-latency"),
     ("GPU, B/16 batch 256: training >= 1,500, inference >= 5,000 images/s", _gpu_row, "gpu-suite"),
+    ("Ti/16, B/16 inference batch 1, 8 >= the faster of ONNX Runtime, OpenVINO (TF); B/16 memory <= 1.2 x",
+     _runtime_row, "serving-on-a-cpu-keras_vit-timm-onnx-runtime-openvino"),
+    ("full int8 top-1 agreement >= 99%: digits, B/16 at 64 px", _int8_agreement_row, "serving.md#tflite"),
 )
 TARGET_SOURCES = ("suite_cpu.json", "suite_cpu_jax.json", "suite_gpu_jax.json", "input_pipeline_cpu.json",
-                  "remat_memory_cpu.json", "serving_latency_cpu.json", "export_latency_cpu.json")
+                  "remat_memory_cpu.json", "serving_latency_cpu.json", "export_latency_cpu.json",
+                  "int8_agreement_cpu.json")
+
+
+def _section_link(section, link):
+    """A Markdown link to a section of docs/performance.md (`link`), or to `guide.md#anchor` beside it."""
+    if "#" in section:
+        guide, anchor = section.split("#")
+        return f"[{guide.removesuffix('.md')}]({link.rpartition('/')[0] + '/' if link else ''}{guide}#{anchor})"
+    return f"[{_SECTIONS[section]}]({link}#{section})"
 
 
 def targets_region(link):
@@ -530,9 +614,9 @@ def targets_region(link):
         for target, measure, section in TARGETS:
             measured, met = measure(results)
             sections = (section,) if isinstance(section, str) else section
-            rows.append([target, measured, met, ", ".join(f"[{_SECTIONS[s]}]({link}#{s})" for s in sections)])
-        return ("Issue 18's targets (CPU: float32, 224 px, 2 cores; TF: the TensorFlow backend, JAX: Keras' JAX "
-                "backend), each against its peer measured in the same run; medians over the rounds. The linked "
+            rows.append([target, measured, met, ", ".join(_section_link(s, link) for s in sections)])
+        return ("Issues 18's and 44's targets (CPU: float32, 224 px, 2 cores; TF: the TensorFlow backend, JAX: Keras' "
+                "JAX backend), each against its peer measured in the same run; medians over the rounds. The linked "
                 "section gives the machine, the date and the spread.\n\n"
                 + _table(["target", "measured", "met", "link"], rows))
     return region
@@ -545,16 +629,19 @@ REGIONS = {
     "fewshot-digits": fewshot_region,
     "main-job": main_job_region,
     "main-job-seeds": main_job_seeds_region,
-    "benchmark-summary": summary_region,
-    "suite-cpu": suite_region("suite_cpu.json"),
+    "cpu-inference": cpu_inference_region,
+    "first-call": first_call_region,
+    "cpu-training": cpu_training_region,
+    "suite-cpu": suite_region("suite_cpu.json", ratios=False),
     "suite-cpu-jax": suite_region("suite_cpu_jax.json"),
     "suite-drift": drift_region(DRIFT_RUNS, "TensorFlow"),
     "suite-drift-jax": drift_region(DRIFT_RUNS_JAX, "Keras' JAX backend"),
-    "suite-gpu": suite_region("suite_gpu_jax.json"),
-    "suite-gpu-h200": suite_region(GPU_H200),
-    "gpu-attention": gpu_attention_region,
+    "suite-gpu": suite_region("suite_gpu_jax.json", ratios=False),
+    "suite-gpu-h200": suite_region(GPU_H200, ratios=False),
+    "gpu": gpu_region,
     "export-latency": export_latency_region,
     "tflite-int8-ops": tflite_int8_ops_region,
+    "int8-agreement": int8_agreement_region,
     "serving-latency": serving_latency_region,
     "serving-load": serving_load_region,
     "suite-cpu-torch": suite_region("suite_cpu_torch.json"),
@@ -570,16 +657,19 @@ SOURCES = {
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
-    "benchmark-summary": ("suite_cpu.json", EARLIER_CPU_RUN),
+    "cpu-inference": ("suite_cpu.json",),
+    "first-call": ("first_call_cpu.json",),
+    "cpu-training": ("suite_cpu.json",),
     "suite-cpu": ("suite_cpu.json",),
     "suite-cpu-jax": ("suite_cpu_jax.json",),
     "suite-drift": DRIFT_RUNS,
     "suite-drift-jax": DRIFT_RUNS_JAX,
     "suite-gpu": ("suite_gpu_jax.json",),
     "suite-gpu-h200": (GPU_H200,),
-    "gpu-attention": (GPU_MATMUL_ATTENTION, GPU_H200),
+    "gpu": ("suite_gpu_jax.json", GPU_H200, GPU_MATMUL_ATTENTION),
     "export-latency": ("export_latency_cpu.json",),
     "tflite-int8-ops": ("tflite_int8_ops_cpu.json",),
+    "int8-agreement": ("int8_agreement_cpu.json",),
     "serving-latency": ("serving_latency_cpu.json",),
     "serving-load": ("serving_load_cpu.json",),
     "suite-cpu-torch": ("suite_cpu_torch.json",),

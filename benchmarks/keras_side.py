@@ -111,13 +111,30 @@ def inference(variant, batch, image_size, compiled=True, precision="float32", nu
     return lambda: ops.convert_to_numpy(model(images))
 
 
-def training(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):
-    """AdamW as the recipes run it, with torch's default decay on every weight as timm's side has it."""
-    from trainers.optimization import Adam  # the worker runs in the checkout, beside keras_vit's core install
+def _export(variant, image_size, precision, num_layers, scan_layers, jit_compile, folder):
+    """Builds the model and writes `python -m export`'s SavedModel under `folder`; `folder/path.json` names it."""
+    import json
+
+    from export import saved_model
 
     model = _model(variant, image_size, precision, num_layers, scan_layers)
-    model.compile(optimizer=Adam(1e-4, weight_decay=0.01), jit_compile=compiled,
+    path = saved_model.export_saved_model(model, folder, jit_compile=jit_compile)
+    with open(os.path.join(folder, "path.json"), "w") as f:
+        json.dump(str(path), f)
+
+
+def training(variant, batch, image_size, compiled=True, precision="float32", num_layers=None, scan_layers=False):
+    """AdamW as Keras' own path runs it (`compile("adamw")` gives this class on TensorFlow), with timm's side's
+    learning rate and torch's default decay on every weight."""
+    model = _model(variant, image_size, precision, num_layers, scan_layers)
+    model.compile(optimizer=keras_vit.optimizers.AdamW(1e-4, weight_decay=0.01), jit_compile=compiled,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     images = keras.random.uniform((batch, image_size, image_size, 3), -1, 1)
     labels = ops.convert_to_tensor(np.arange(batch) % 1000)
     return lambda: model.train_on_batch(images, labels)
+
+
+if __name__ == "__main__":  # the served rows' export, in a process of its own (`benchmarks.served_side`)
+    import json
+
+    _export(**json.loads(sys.argv[1]))

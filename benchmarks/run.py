@@ -1,4 +1,4 @@
-"""The side-by-side suite: keras_vit against timm, on this machine, in one run.
+"""The side-by-side suite: keras_vit against timm (and, on the CPU, ONNX Runtime and OpenVINO), in one run.
 
     python -m benchmarks.run --suite=cpu|gpu [--tiny] [--out=FILE.json]
         [--keras_vit_python=PATH] [--timm_python=PATH] [--rounds=N] [--seconds=S]
@@ -6,7 +6,10 @@
 keras_vit and timm each run in a long-lived worker process (`benchmarks.worker`)
 in an environment of its own with only what it needs, made on first use under
 benchmarks/.envs/: keras_vit's core install, and timm from
-`benchmarks/requirements-peers.txt`. For every configuration the
+`benchmarks/requirements-peers.txt`. The CPU suite adds the deployment peers, timm's
+model exported to ONNX and run by ONNX Runtime and by OpenVINO (inference only,
+each in a worker of its own in timm's environment), and keras_vit's SavedModel
+served through TensorFlow's C API (`benchmarks.served_side`). For every configuration the
 runner alternates the implementations round by round (A B A B ...), and every
 round also times a matmul at a ViT shape in numpy, TensorFlow and PyTorch: the
 fastest of the three is that round's matmul limit. Figures are medians over the
@@ -24,7 +27,7 @@ FLOPs are analytic (`benchmarks.common.vit_forward_flops`): a forward pass is
 Compile time and peak memory come from fresh processes (one per measurement):
 the first call there includes tracing and XLA compilation.
 
-Prints the tables and issue 18's targets, and writes everything as JSON.
+Prints the tables and the targets of issues 18 and 44, and writes everything as JSON.
 """
 
 import argparse
@@ -33,6 +36,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,12 +53,19 @@ KERAS_BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 _ON_JAX = KERAS_BACKEND == "jax"
 _ON_TORCH = KERAS_BACKEND == "torch"
 # The core install has no backend (setup.py): each environment brings its own.
-_BACKEND_INSTALLS = {"tensorflow": [f"{ROOT}[tensorflow]"], "jax": [str(ROOT), "jax[cpu]==0.10.2"],
+# On TensorFlow the export extra too (no module Keras imports by itself): the served rows write an export.
+_BACKEND_INSTALLS = {"tensorflow": [f"{ROOT}[tensorflow,export]"], "jax": [str(ROOT), "jax[cpu]==0.10.2"],
                      "torch": [str(ROOT), "torch==2.13.0"]}
 INSTALLS = {"keras_vit": ["-e", *_BACKEND_INSTALLS.get(KERAS_BACKEND, [str(ROOT)])],
             "timm": ["-r", str(ROOT / "benchmarks" / "requirements-peers.txt")]}
 ENV_NAMES = {"keras_vit": "keras_vit" if KERAS_BACKEND == "tensorflow" else f"keras_vit_{KERAS_BACKEND}",
              "timm": "timm"}
+# The environment each worker runs in: the deployment runtimes run timm's model exported to ONNX, beside timm.
+ENVIRONMENT_OF = {"keras_vit": "keras_vit", "keras_vit_served": "keras_vit", "timm": "timm", "onnxruntime": "timm",
+                  "openvino": "timm"}
+RUNTIMES = ("onnxruntime", "openvino")  # the deployment peers: inference only, compared with the faster of them
+# The workers that time a matmul each round (the served worker runs an export only: its matmul is keras_vit's).
+MATMUL_SIDES = ("keras_vit", "timm", *RUNTIMES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +74,7 @@ class Implementation:
     impl: str  # a key of benchmarks.worker.SIDES
     compiled: bool  # keras_vit: XLA; timm: torch.compile
     scan_layers: bool = False  # keras_vit: ViT(scan_layers=True)
+    tasks: tuple = ("inference", "training")
 
     def options(self):
         """What the worker's `prepare` gets beside the workload."""
@@ -100,8 +112,15 @@ _CPU_IMPLEMENTATIONS = (
     Implementation("keras_vit XLA scan", "keras_vit", True, scan_layers=True),
     # The recipes' and Keras' default on a CPU (jit_compile="auto").
     Implementation("keras_vit graph", "keras_vit", False),
+    # The SavedModel `python -m export` writes, run by TensorFlow's C API as TF Serving runs it.
+    Implementation("keras_vit SavedModel", "keras_vit_served", False, tasks=("inference",)),
     Implementation("timm", "timm", False),
+    # timm's model as a CPU deployment runs it: exported to ONNX, run by ONNX Runtime or OpenVINO.
+    Implementation("ONNX Runtime", "onnxruntime", False, tasks=("inference",)),
+    Implementation("OpenVINO", "openvino", False, tasks=("inference",)),
 )
+
+_RUNTIME_LABELS = {im.label for im in _CPU_IMPLEMENTATIONS if im.impl in RUNTIMES}
 
 SUITES = {
     "cpu": Suite(
@@ -186,7 +205,9 @@ def environment_python(impl, requested, envs_dir):
     if requested:
         return requested
     folder = pathlib.Path(envs_dir) / ENV_NAMES[impl]
-    if not (folder / "bin" / "python").exists():
+    stamp = folder / "installed.txt"  # what it was made from: a changed requirements file makes it again
+    wanted = "\n".join([*INSTALLS[impl], *_requirement_lines(INSTALLS[impl])])
+    if not (stamp.exists() and stamp.read_text() == wanted):
         print(f"making the {impl} environment {folder} (once): pip install {' '.join(INSTALLS[impl])}", flush=True)
         # Built under another name and renamed when whole, so a broken install never looks finished.
         staging = folder.with_name(folder.name + ".partial")
@@ -196,8 +217,16 @@ def environment_python(impl, requested, envs_dir):
         if subprocess.run(install).returncode:
             raise SystemExit(f"could not install {impl} for the benchmark (pip install {' '.join(INSTALLS[impl])} "
                              f"needs PyPI). Make the environment yourself and pass --{impl}_python=PATH.")
+        (staging / "installed.txt").write_text(wanted)
+        shutil.rmtree(folder, ignore_errors=True)
         os.replace(staging, folder)
     return str(folder / "bin" / "python")
+
+
+def _requirement_lines(install):
+    """The lines of the requirements files `install` names (`-r FILE`)."""
+    files = [install[i + 1] for i, word in enumerate(install[:-1]) if word == "-r"]
+    return [line for name in files for line in pathlib.Path(name).read_text().splitlines()]
 
 
 def flops_per_call(task, variant, batch, suite):
@@ -214,7 +243,7 @@ def flops_per_call(task, variant, batch, suite):
 def matmul_limit_round(workers, shape, with_numpy, seconds):
     """GFLOP/s of one matmul in every library this round; the limit is the best."""
     m, k, n = shape
-    calls = [(impl, worker, "matmul") for impl, worker in workers.items()]
+    calls = [(impl, worker, "matmul") for impl, worker in workers.items() if impl in MATMUL_SIDES]
     if with_numpy:  # in the keras_vit worker, so its BLAS threads are set like the others'
         calls.append(("numpy", workers["keras_vit"], "numpy_matmul"))
     return {library: 2.0 * m * k * n / worker.ask("time", name=name, seconds=seconds)["seconds_per_call"] / 1e9
@@ -224,8 +253,9 @@ def matmul_limit_round(workers, shape, with_numpy, seconds):
 def measure(workers, suite, task, variant, batch, seconds):
     """Alternating rounds of every implementation on one configuration."""
     flops = flops_per_call(task, variant, batch, suite)
+    implementations = [im for im in suite.implementations if task in im.tasks]
     first_call = {}
-    for im in suite.implementations:
+    for im in implementations:
         first_call[im.label] = workers[im.impl].ask(
             "prepare", name=im.label, task=task, variant=variant, batch=batch, image_size=suite.image_size,
             precision=suite.precision, num_layers=suite.num_layers, **im.options())["first_call_s"]
@@ -234,32 +264,38 @@ def measure(workers, suite, task, variant, batch, seconds):
         limits = matmul_limit_round(workers, suite.matmul_shape, suite.numpy_matmul, min(seconds, 0.5))
         limit = max(limits.values())
         row = {"matmul_gflops": limits, "limit_gflops": limit, "images_per_s": {}, "fraction_of_limit": {}}
-        for im in suite.implementations:
+        for im in implementations:
             per_call = workers[im.impl].ask("time", name=im.label, seconds=seconds)["seconds_per_call"]
             row["images_per_s"][im.label] = batch / per_call
             row["fraction_of_limit"][im.label] = flops / per_call / 1e9 / limit
         rounds.append(row)
-    for im in suite.implementations:
+    for im in implementations:
         workers[im.impl].ask("release", name=im.label)
     return {"task": task, "variant": variant, "batch": batch, "image_size": suite.image_size,
             "gflop_per_call": flops / 1e9, "first_call_s_warm_process": first_call, "rounds": rounds,
-            "summary": _summarize_rounds(rounds, suite)}
+            "summary": _summarize_rounds(rounds, implementations)}
 
 
 def _compute_dtype(suite):
     return "bfloat16" if suite.precision == "mixed_bfloat16" else "float32"
 
 
-def _summarize_rounds(rounds, suite):
-    peer = next(im.label for im in suite.implementations if im.impl == "timm")
+def _summarize_rounds(rounds, implementations):
+    peer = next(im.label for im in implementations if im.impl == "timm")
+    runtimes = [im.label for im in implementations if im.impl in RUNTIMES]
     summary = {}
-    for im in suite.implementations:
+    for im in implementations:
+        rates = [r["images_per_s"][im.label] for r in rounds]
+        paired = list(zip(rates, rounds, strict=True))
         summary[im.label] = {
-            "images_per_s": common.summarize([r["images_per_s"][im.label] for r in rounds]),
+            "images_per_s": common.summarize(rates),
             "fraction_of_limit": common.summarize([r["fraction_of_limit"][im.label] for r in rounds]),
             # Paired within each round, so drift between rounds cancels.
-            "vs_timm": common.summarize([r["images_per_s"][im.label] / r["images_per_s"][peer] for r in rounds]),
+            "vs_timm": common.summarize([rate / r["images_per_s"][peer] for rate, r in paired]),
         }
+        if runtimes:  # against the faster deployment runtime of each round
+            summary[im.label]["vs_runtime"] = common.summarize(
+                [rate / max(r["images_per_s"][label] for label in runtimes) for rate, r in paired])
     return summary
 
 
@@ -282,11 +318,11 @@ def probe(python, impl, threads, **task):
 
 def run_probes(suite, pythons):
     jobs = [(task, variant, batch, im) for task, (variant, batch) in suite.probe_workloads
-            for im in suite.implementations]
+            for im in suite.implementations if task in im.tasks]
 
     def measure(job):
         task, variant, batch, im = job
-        return probe(pythons[im.impl], im.impl, suite.threads, task=task, variant=variant, batch=batch,
+        return probe(pythons[ENVIRONMENT_OF[im.impl]], im.impl, suite.threads, task=task, variant=variant, batch=batch,
                      image_size=suite.image_size, precision=suite.precision, num_layers=suite.num_layers,
                      **im.options())
 
@@ -301,13 +337,13 @@ def run_probes(suite, pythons):
 
 
 def targets(results, probes, suite_name):
-    """Issue 18's targets for the suite, each with what was measured (None where not run)."""
+    """The targets of issues 18 and 44 for the suite, each with what was measured (None where not run)."""
     # What a user gets by default: XLA on JAX (no graph mode) and on GPUs; on a CPU the TF graph, which is what
     # training, `predict` (Keras' jit_compile="auto" is off there) and TF Serving run.
     default = "keras_vit graph" if suite_name == "cpu" and not _ON_JAX else "keras_vit XLA"
 
     def throughput(task, variant, batch, label="keras_vit XLA"):
-        return next((r["summary"][label] for r in results
+        return next((r["summary"].get(label) for r in results
                      if (r["task"], r["variant"], r["batch"]) == (task, variant, batch)), None)
 
     checks = []
@@ -342,7 +378,43 @@ def targets(results, probes, suite_name):
                       == ("training", variant, default)), None)
         check(f"{variant} first training step (build, trace, compile), {default}, s",
               first and first["build_and_first_call_s"], limit, False)
+    if not _ON_JAX:  # issue 44: keras_vit as it is served against the deployment runtimes
+        for variant in ("Ti/16", "B/16"):
+            for batch in (1, 8):
+                result = next((r for r in results if (r["task"], r["variant"], r["batch"]) == ("inference", variant,
+                                                                                                  batch)), None)
+                check(f"{variant} inference batch {batch}, {' or '.join(SERVED)}, x the faster runtime",
+                      result and best_vs_runtime(result), 1.0, True)
+        check(f"B/16 inference batch 8, peak memory, {' or '.join(SERVED)}, x the faster runtime",
+              memory_vs_runtime(results, probes), 1.2, False)
     return checks
+
+
+# keras_vit as a deployment runs it: in process under XLA, or the SavedModel TF Serving loads.
+SERVED = ("keras_vit XLA", "keras_vit SavedModel")
+
+
+def best_vs_runtime(result):
+    """Median over the rounds of keras_vit's faster served form over the faster runtime, each of that round."""
+    rounds = [r["images_per_s"] for r in result.get("rounds", ())]
+    runtimes = [label for label in (rounds[0] if rounds else ()) if label in _RUNTIME_LABELS]
+    if not runtimes:
+        return None
+    return statistics.median(max(r[label] for label in SERVED) / max(r[label] for label in runtimes) for r in rounds)
+
+
+def memory_vs_runtime(results, probes):
+    """B/16 batch 8's peak memory: keras_vit's leaner served form over the faster runtime's (None if unprobed)."""
+    result = next((r for r in results if (r["task"], r["variant"], r["batch"]) == ("inference", "B/16", 8)), None)
+    rss = {p["implementation"]: p["peak_rss_mb"] for p in probes if (p["task"], p["variant"], p["batch"])
+           == ("inference", "B/16", 8)}
+    if not result or not all(label in rss for label in SERVED):
+        return None
+    runtimes = [label for label in result["summary"] if label in _RUNTIME_LABELS and label in rss]
+    if not runtimes:
+        return None
+    faster = max(runtimes, key=lambda label: result["summary"][label]["images_per_s"]["median"])
+    return min(rss[label] for label in SERVED) / rss[faster]
 
 
 def print_tables(results, probes, checks):
@@ -356,6 +428,7 @@ def print_tables(results, probes, checks):
                          "of matmul limit": f"{s['fraction_of_limit']['median']:.0%}",
                          "x timm (min-max)": f"{s['vs_timm']['median']:.2f} ({s['vs_timm']['min']:.2f}-"
                                              f"{s['vs_timm']['max']:.2f})",
+                         "x faster runtime": f"{s['vs_runtime']['median']:.2f}" if "vs_runtime" in s else "-",
                          "first call s": f"{r['first_call_s_warm_process'][label]:.1f}"})
     common.print_table(rows, list(rows[0]))
     if probes:
@@ -415,8 +488,9 @@ def measure_all(workers, suite, gpu):
         raise SystemExit(f"this machine has a GPU ({gpu}), but {' and '.join(blind)} sees none and would run on "
                          f"the CPU: {versions}")
     m, k, n = suite.matmul_shape
-    for worker in workers.values():
-        worker.ask("prepare", name="matmul", task="matmul", m=m, k=k, n=n, dtype=_compute_dtype(suite))
+    for impl, worker in workers.items():
+        if impl in MATMUL_SIDES:
+            worker.ask("prepare", name="matmul", task="matmul", m=m, k=k, n=n, dtype=_compute_dtype(suite))
     if suite.numpy_matmul:
         workers["keras_vit"].ask("prepare", name="numpy_matmul", task="numpy_matmul", m=m, k=k, n=n)
     results = []
@@ -438,7 +512,8 @@ def main(argv=None):
                for impl in INSTALLS}
     machine = common.machine()
     started = time.perf_counter()
-    workers = {impl: WorkerProcess(pythons[impl], impl, suite.threads) for impl in pythons}
+    workers = {impl: WorkerProcess(pythons[ENVIRONMENT_OF[impl]], impl, suite.threads)
+               for impl in dict.fromkeys(im.impl for im in suite.implementations)}
     try:
         versions, results = measure_all(workers, suite, machine["gpu"])
     finally:

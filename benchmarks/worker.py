@@ -1,6 +1,6 @@
 """One implementation's benchmark process, driven by `benchmarks.run` over pipes.
 
-    python -m benchmarks.worker --impl=keras_vit|timm --threads=N
+    python -m benchmarks.worker --impl=keras_vit|keras_vit_served|timm|onnxruntime|openvino --threads=N
 
 Reads one JSON request per line on stdin and answers one JSON line on stdout:
 
@@ -28,7 +28,9 @@ import numpy as np
 
 from benchmarks.common import time_calls
 
-SIDES = {"keras_vit": "benchmarks.keras_side", "timm": "benchmarks.timm_side"}
+SIDES = {"keras_vit": "benchmarks.keras_side", "timm": "benchmarks.timm_side",
+         "keras_vit_served": "benchmarks.served_side", "onnxruntime": "benchmarks.onnxruntime_side",
+         "openvino": "benchmarks.openvino_side"}
 
 
 def numpy_matmul(m, k, n, dtype="float32"):

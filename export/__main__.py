@@ -37,6 +37,9 @@ _TOP_K = flags.DEFINE_integer("top_k", None, "Classes in the top-k outputs, 1 to
 _CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of decoded images (1.0: none).")
 _QUANTIZE = flags.DEFINE_enum("quantize", "none", list(choices.QUANTIZATIONS), "TFLite quantisation.")
 _IMAGES = flags.DEFINE_string("images", None, "Glob of real JPEG/PNG images: TFLite verification and int8 calibration.")
+_CALIBRATION = flags.DEFINE_string("calibration_images", None, "Glob of other real images to calibrate full int8 on "
+                                   "(default: --images); apart from the checked ones, the check says what new images "
+                                   "get.")
 _FORCE = flags.DEFINE_bool("force", False, "Write a TFLite model that misses its agreement threshold.")
 _INSPECT = flags.DEFINE_string("inspect", None, "Print the metadata and signatures of an export and exit.")
 _MAX_PIXELS = flags.DEFINE_integer("max_image_pixels", choices.DEFAULT_MAX_IMAGE_PIXELS,
@@ -60,13 +63,13 @@ def read_labels(path):
 
 # Flags of one format only: given with the other, they would be ignored.
 FORMAT_FLAGS = {"saved_model": ("name", "version", "top_k", "max_image_pixels", "jit_compile", "overwrite"),
-                "tflite": ("quantize", "images", "force")}
+                "tflite": ("quantize", "images", "calibration_images", "force")}
 
 
 def check_flags():
     """Every flag against the others and the files they name, before the model loads.
 
-    Returns the image files of `--images` (TFLite), or None.
+    Returns the image files of `--images` and `--calibration_images` (TFLite), or None and None.
     """
     if not _MODEL.value or not _OUTPUT.value:
         raise app.UsageError("--model and --output are required (or --inspect=DIR)")
@@ -75,13 +78,21 @@ def check_flags():
     misplaced = [f"--{name}" for name in FORMAT_FLAGS[other] if flags.FLAGS[name].present]
     if misplaced:
         raise app.UsageError(f"{', '.join(misplaced)} apply to --format={other} only; received --format={fmt}")
-    images = None
+    images = calibration = None
     if fmt == "tflite":
         if not _IMAGES.value:
             raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
         images = sorted(glob.glob(_IMAGES.value))
         if not images:
             raise app.UsageError(f"--images={_IMAGES.value!r} matches no file")
+        calibration = images
+        if _CALIBRATION.present:
+            if _QUANTIZE.value != "int8":
+                raise app.UsageError(f"--calibration_images applies to --quantize=int8 only (the others calibrate "
+                                     f"nothing); received --quantize={_QUANTIZE.value}")
+            calibration = sorted(glob.glob(_CALIBRATION.value or ""))
+            if not calibration:
+                raise app.UsageError(f"--calibration_images={_CALIBRATION.value!r} matches no file")
         if os.path.lexists(_OUTPUT.value):
             raise app.UsageError(f"--output={_OUTPUT.value!r} exists: a TFLite export writes a new directory")
     else:
@@ -94,7 +105,7 @@ def check_flags():
     if "://" not in _MODEL.value and not os.path.exists(_MODEL.value) and not is_hub_id(_MODEL.value):
         raise app.UsageError("--model must name an existing .keras file or checkpoint, or a Hugging Face hub id; "
                              f"received --model={_MODEL.value!r}, which does not exist")
-    return images
+    return images, calibration
 
 
 flags.register_validator("crop_fraction", lambda v: 0.0 < v <= 1.0, "--crop_fraction must be in (0, 1]")
@@ -116,7 +127,7 @@ def main(argv):
 
         print(saved_model.inspect(_INSPECT.value))
         return 0
-    image_files = check_flags()
+    image_files, calibration_files = check_flags()
     labels = read_labels(_LABELS.value) if _LABELS.value else None
     missing = tensorflow_backend_problem("export") or extras.missing_message(_FORMAT.value)
     if missing:
@@ -132,7 +143,7 @@ def main(argv):
         if _FORMAT.value == "saved_model":
             _saved_model(model, labels)
         else:
-            _tflite(model, labels, image_files)
+            _tflite(model, labels, image_files, calibration_files)
     except tflite.ToleranceError as error:  # the flags were right; the converted model is not
         raise SystemExit(str(error)) from error
     except ValueError as error:  # what the model or the flags cannot do, named by the check that found it
@@ -151,15 +162,16 @@ def _saved_model(model, labels):
     print(saved_model.inspect(path))
 
 
-def _tflite(model, labels, image_files):
+def _tflite(model, labels, image_files, calibration_files):
     from export import preprocessing, tflite
 
     # Decoded as a request's images are, but without a request's bound on their size: the user's own files.
     steps = preprocessing.Preprocessing.for_model(model, _CROP.value, max_image_pixels=2**31 - 1)
     images = preprocessing.read_images(image_files, steps)
+    calibration = images if calibration_files is image_files else preprocessing.read_images(calibration_files, steps)
     fields = dataclasses.asdict(steps)
     del fields["max_image_pixels"]  # a TFLite model takes no encoded images
-    result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=images,
+    result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=calibration,
                                   verify_images=images, labels=labels, force=_FORCE.value,
                                   metadata={"source": _MODEL.value, **fields})
     tflite.print_table([{"quantize": _QUANTIZE.value, **result}])

@@ -64,6 +64,7 @@ def _library():
         "TF_NewStatus": (p, []), "TF_DeleteStatus": (None, [p]), "TF_GetCode": (i, [p]),
         "TF_Message": (ctypes.c_char_p, [p]), "TF_NewGraph": (p, []), "TF_DeleteGraph": (None, [p]),
         "TF_NewSessionOptions": (p, []), "TF_DeleteSessionOptions": (None, [p]),
+        "TF_SetConfig": (None, [p, p, size, p]),
         "TF_NewBuffer": (ctypes.POINTER(_Buffer), []), "TF_DeleteBuffer": (None, [p]),
         "TF_LoadSessionFromSavedModel": (p, [p, p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), i, p, p, p]),
         "TF_GraphOperationByName": (p, [p, ctypes.c_char_p]),
@@ -180,14 +181,20 @@ class SavedModelSession:
     {'probabilities': array(...), 'top_k_classes': ..., ...}
     """
 
-    def __init__(self, export_dir, tags=("serve",)):
-        from tensorflow.core.protobuf import meta_graph_pb2  # the proto only; loading is C++
+    def __init__(self, export_dir, tags=("serve",), threads=None):
+        """`threads`: the threads each op may use (TF Serving's `--tensorflow_intra_op_parallelism`); default
+        TensorFlow's, every core."""
+        from tensorflow.core.protobuf import config_pb2, meta_graph_pb2  # the protos only; loading is C++
 
         api = _api()
         status, options, self._graph = api["TF_NewStatus"](), api["TF_NewSessionOptions"](), api["TF_NewGraph"]()
         meta_graph = api["TF_NewBuffer"]()
         tag_array = (ctypes.c_char_p * len(tags))(*[t.encode() for t in tags])
         try:
+            if threads:
+                config = config_pb2.ConfigProto(intra_op_parallelism_threads=threads).SerializeToString()
+                api["TF_SetConfig"](options, config, len(config), status)
+                _check(status)
             self._session = api["TF_LoadSessionFromSavedModel"](
                 options, None, str(export_dir).encode(), tag_array, len(tags), self._graph, meta_graph, status)
             _check(status)

@@ -21,9 +21,9 @@ faster (`_litert_layer_norms`); full int8 unfolds the attention products
 into FULLY_CONNECTED ops (`unfold_batchmatmul`). A few elementwise ops stay in float between
 QUANTIZE/DEQUANTIZE pairs: a few NEG and SQUARE ops of a ResNet stem's
 normalizations, which the converter keeps, and, by our choice, the
-`FLOAT_IN_INT8` tensors (the assembly of the token sequence and the first
-block's first LayerNorm). `float_ops` lists them, and `export_tflite`
-records them in the metadata.
+`FLOAT_IN_INT8` tensors (the assembly of the token sequence, the first
+block's first LayerNorm, and the final LayerNorm with the pooling).
+`float_ops` lists them, and `export_tflite` records them in the metadata.
 """
 
 import contextlib
@@ -59,15 +59,21 @@ TOLERANCES = {
     "int8": dict(agreement=0.99),
 }
 
-# Tensors full int8 keeps in float, by their scope in the traced model: the
-# position-embedding layer (which assembles the sequence) and the first
-# block's first LayerNorm. A class token is tiny beside the patch tokens
+# Tensors full int8 keeps in float, by their scope in the traced model. At the
+# start, the position-embedding layer (which assembles the sequence) and the
+# first block's first LayerNorm: a class token is tiny beside the patch tokens
 # (|x| <= 0.06 against 2.9 in the tests' model), so the one int8 scale of the
 # sequence leaves it a level or two, which its LayerNorm then multiplies ~30x:
 # on the tests' model, top-1 agreement 99.2%, and 99.8% with these ops in
-# float (tests/export/test_tflite.py; BUILD.md).
+# float. At the end, the final LayerNorm and the pooling: the features the head
+# reads, whose one int8 scale spans the norm's largest gammas; in float, the
+# logits' mean error falls by a third on the main job's digits model and to a
+# quarter on a B/16 (benchmarks/int8_agreement.py; tests/export/test_tflite.py;
+# BUILD.md).
 _FIRST_NORM = re.compile(rf"(^|/){block_name(0)}(_\d+)?/norm_1(_\d+)?/")
-FLOAT_IN_INT8 = re.compile(r"(^|/)position_embedding(_\d+)?/|" + _FIRST_NORM.pattern)
+_ASSEMBLY = re.compile(r"(^|/)position_embedding(_\d+)?/")
+_LAST_NORM = re.compile(r"(^|/)(encoder_norm|fc_norm|pooling|distillation_pooling)(_\d+)?/")
+FLOAT_IN_INT8 = re.compile("|".join(p.pattern for p in (_ASSEMBLY, _FIRST_NORM, _LAST_NORM)))
 
 # Full int8 takes every activation's range from its calibration images, and `verify` compares on its own:
 # below this many (TensorFlow's guide asks for a hundred to a few hundred) either says little about other
@@ -155,10 +161,13 @@ def convert(model, quantize="none", representative_images=None):
         representative_images = _check_images(representative_images, model, "representative_images")
         _warn_if_few(len(representative_images), "calibrated")
 
-    with _litert_layer_norms(model):
-        converter = _converter(model, shape)
-    set_quantization(converter, quantize, lambda: ([image[None]] for image in representative_images))
-    tflite_bytes = _quantize_int8(converter) if quantize == "int8" else converter.convert()
+    if quantize == "int8":
+        tflite_bytes = quantize_calibrated(calibrate(model, representative_images))
+    else:
+        with _litert_layer_norms(model):
+            converter = _converter(model, shape)
+        set_quantization(converter, quantize)
+        tflite_bytes = converter.convert()
     custom = non_builtin_ops(tflite_bytes)
     if custom:
         raise ValueError(f"The {quantize!r} TFLite model needs ops outside LiteRT's builtins, which a phone's "
@@ -260,30 +269,60 @@ def set_quantization(converter, quantize, representative_dataset=None):
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
 
 
-def _quantize_int8(converter):
-    """Calibrates and quantizes `converter`'s model to int8, with the `FLOAT_IN_INT8` tensors kept in float.
+def calibrate(model, representative_images):
+    """Runs `representative_images` through `model`'s TFLite graph and records every tensor's range.
 
     TFLite's QuantizationDebugger is the public way to keep chosen tensors in
     float: it calibrates once, then quantizes with a deny list of output
-    tensor names, which exist only in its calibrated model.
+    tensor names, which exist only in its calibrated model. One calibration
+    serves any number of `quantize_calibrated` calls (benchmarks/int8_agreement.py).
+
+    Args:
+        model: `keras.Model` with a fixed-size image input.
+        representative_images: float32 `(n, height, width, channels)` images in the model's input range.
+
+    Returns:
+        The calibration, for `quantize_calibrated`.
     """
+    images = _check_images(representative_images, model, "representative_images")
+    with _litert_layer_norms(model):
+        converter = _converter(model, input_shape(model))
+    set_quantization(converter, "int8", lambda: ([image[None]] for image in images))
     with warnings.catch_warnings():
         # The debugger runs TF's own tf.lite.Interpreter, which warns of its deprecation.
         warnings.filterwarnings("ignore", r"\s*Warning: tf.lite.Interpreter is deprecated", UserWarning)
-        debugger = tf.lite.experimental.QuantizationDebugger(
-            converter=converter, debug_dataset=converter.representative_dataset
-        )
+        return tf.lite.experimental.QuantizationDebugger(
+            converter=converter, debug_dataset=converter.representative_dataset)
+
+
+def quantize_calibrated(debugger, float_in_int8=None):
+    """The int8 model of a `calibrate` result, with the tensors `float_in_int8` matches kept in float.
+
+    Weights are quantized per output channel (TFLite's default).
+
+    Args:
+        debugger: what `calibrate` returned.
+        float_in_int8: compiled pattern of tensor scopes. Defaults to `FLOAT_IN_INT8`.
+
+    Returns:
+        The `.tflite` model as bytes.
+    """
+    float_in_int8 = FLOAT_IN_INT8 if float_in_int8 is None else float_in_int8
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"\s*Warning: tf.lite.Interpreter is deprecated", UserWarning)
         calibrated = make_interpreter(debugger.calibrated_model, delegates=False, allocate=False)
         # A fused op's name joins its parts with ";": kept only if every part is in scope.
         kept = [
             tensor["name"]
             for tensor in calibrated.get_tensor_details()
-            if all(FLOAT_IN_INT8.search(part) for part in tensor["name"].split(";"))
+            if all(float_in_int8.search(part) for part in tensor["name"].split(";"))
         ]
         # A scanned model's first LayerNorm is in the loop body all blocks share, where the
-        # sequence is quantized anyway: then nothing is kept.
-        if any(_FIRST_NORM.search(name) for name in kept):
-            debugger.options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=kept)
+        # sequence is quantized anyway: then the assembly before it is not kept either.
+        if not any(_FIRST_NORM.search(name) for name in kept):
+            kept = [name for name in kept if not _ASSEMBLY.search(name)]
+        if kept or debugger.options.denylisted_nodes:  # a new deny list re-quantizes the debug model
+            debugger.options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=kept or None)
         return debugger.get_nondebug_quantized_model()
 
 
@@ -486,7 +525,7 @@ def export_tflite(
             warning. Defaults to False.
 
     Returns:
-        dict: `verify`'s numbers plus `quantize`, `float_ops`, `forced`,
+        dict: `verify`'s numbers plus `quantize`, `float_ops`, `num_calibration_images`, `forced`,
         `output_dir`, `tflite_path`, `labels_path` (None without labels)
         and `metadata_path`.
 
@@ -508,6 +547,7 @@ def export_tflite(
         **result,
         "tolerance": dict(TOLERANCES[quantize]),
         "float_ops": float_ops(tflite_bytes),
+        "num_calibration_images": len(representative_images) if quantize == "int8" else 0,
         "forced": bool(failures),
     }
     ours = {**result, **_input_and_output(model)}

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 
 # The modules whose import registers every keras_vit class a `.keras` file can name.
-SERIALIZABLE = ("keras_vit.layers", "keras_vit.model", "keras_vit.analysis")
+SERIALIZABLE = ("keras_vit.layers", "keras_vit.model", "keras_vit.analysis", "keras_vit.optimizers")
 
 
 def register():

@@ -11,6 +11,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import optimizers
 from trainers.recipes import DECAYS
 
 
@@ -76,45 +77,12 @@ class SGD(ClipsTheSummedGradient, keras.optimizers.SGD):
     """Keras' SGD whose `global_clipnorm` holds across replicas."""
 
 
-@keras.saving.register_keras_serializable(package="keras_vit")
-class Adam(ClipsTheSummedGradient, keras.optimizers.Adam):
-    """Keras' Adam, decoupled weight decay included (AdamW when `weight_decay` is set), whose update on
-    TensorFlow is TensorFlow's own Adam kernel, one per variable.
-
-    Keras' update builds about 50 graph nodes per variable (the schedule and the step's powers evaluated
-    again for each); `ResourceApplyAdam` computes the same formula in one node, and XLA has it too. On a
-    ViT that halves the nodes of a training step, and with them much of the first step's tracing and
-    graph set-up (BUILD.md). Other backends, AMSGrad and sparse gradients take Keras' own update.
-    """
-
-    def _apply_weight_decay(self, variables):
-        # Keras' decays every variable before any update; on TensorFlow `update_step` decays each variable
-        # just before its update, with the step's learning rate computed once. The same: no variable's
-        # update reads another variable.
-        if keras.backend.backend() != "tensorflow":
-            super()._apply_weight_decay(variables)
-
-    def update_step(self, gradient, variable, learning_rate):
-        if keras.backend.backend() != "tensorflow":
-            return super().update_step(gradient, variable, learning_rate)
-        import tensorflow as tf
-
-        self._decay(variable, learning_rate)
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
-            return super().update_step(gradient, variable, learning_rate)
-        dtype = variable.dtype
-        step = tf.cast(self.iterations + 1, dtype)
-        beta_1, beta_2 = tf.cast(self.beta_1, dtype), tf.cast(self.beta_2, dtype)
-        index = self._get_variable_index(variable)
-        tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].value.handle, v=self._velocities[index].value.handle,
-            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
-            beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype))
-
-    def _decay(self, variable, learning_rate):
-        if self.weight_decay is not None and self._use_weight_decay(variable):
-            variable.assign_sub(variable * ops.cast(self.weight_decay, variable.dtype)
-                                * ops.cast(learning_rate, variable.dtype))
+# Registered under "trainers": "keras_vit>Adam" names keras_vit's own fused Adam, which this one extends.
+@keras.saving.register_keras_serializable(package="trainers")
+class Adam(ClipsTheSummedGradient, optimizers.Adam):
+    """keras_vit's Adam (Keras' Adam whose update on TensorFlow is TensorFlow's own Adam kernel, one node per
+    variable; decoupled weight decay when `weight_decay` is set, as AdamW), whose `global_clipnorm` holds across
+    replicas."""
 
 
 def peak_learning_rate(recipe):

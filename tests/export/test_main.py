@@ -34,6 +34,15 @@ def test_tflite_from_the_command_line(tmp_path):
     assert (tmp_path / "out" / "model_float16.tflite").exists() and "float16" in result.stdout
     metadata = json.loads((tmp_path / "out" / "metadata.json").read_text())
     assert metadata["quantize"] == "float16" and metadata["image_size"] == [16, 16]
+    # Full int8 calibrated on other images than it is checked on (forced: a random model, six images).
+    result = subprocess.run(
+        [sys.executable, "-m", "export", f"--model={tmp_path / 'm.keras'}", "--format=tflite", "--quantize=int8",
+         f"--images={tmp_path / 'img[0-3].png'}", f"--calibration_images={tmp_path / 'img[45].png'}", "--force",
+         f"--output={tmp_path / 'int8'}"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    metadata = json.loads((tmp_path / "int8" / "metadata.json").read_text())
+    assert metadata["num_images"] == 4 and metadata["num_calibration_images"] == 2
+    assert "top-1 agree" in result.stdout and 0 <= metadata["top1_agreement"] <= 1
     missing = subprocess.run([sys.executable, "-m", "export", f"--model={tmp_path / 'm.keras'}", "--format=tflite",
                               f"--output={tmp_path / 'out2'}"], cwd=ROOT, capture_output=True, text=True,
                              timeout=300, env=env)
@@ -80,6 +89,8 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
             *tflite_base, "--top_k=2", "--version=3"],
         "--name must be one directory name": [missing, f"--output={tmp_path / 's'}", "--name="],
         "matches no file": [missing, "--format=tflite", f"--images={tmp_path / 'none*.png'}", "--output=x"],
+        "no*.png' matches no file": [*tflite_base, "--quantize=int8", f"--calibration_images={tmp_path / 'no*.png'}"],
+        "--calibration_images applies to --quantize=int8 only": [*tflite_base, "--calibration_images=x"],
         "exists: a TFLite export writes a new directory": [*tflite_base[:3], f"--output={tmp_path}"],
         "--version=2 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=2"],
         "--version=0 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=0"],
