@@ -32,8 +32,10 @@ _TINY = flags.DEFINE_bool("tiny", False, "A 1-layer model at 32 px: checks the m
 _OUT = flags.DEFINE_string("out", "benchmarks/results/first_call_cpu.json", "Where to write the JSON.")
 _TIMM_PYTHON = flags.DEFINE_string("timm_python", None, "Python of timm's environment (default: made on first use).")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: measure one variant in this process and print JSON.")
-_OPTIMIZER = flags.DEFINE_enum("optimizer", "string", ["string", "instance"],
-                               "Internal: compile with the string 'adamw' or a keras.optimizers.AdamW() instance.")
+# Not --optimizer: the trainer's flag of that name shares absl's registry in one test process.
+_COMPILE_WITH = flags.DEFINE_enum(
+    "compile_with", "string", ["string", "instance"],
+    "Internal: compile with the string 'adamw' or a keras.optimizers.AdamW() instance.")
 
 # What each keras_vit row compiles with, and its label in the table.
 OPTIMIZERS = {"string": 'compile("adamw")', "instance": "compile(keras.optimizers.AdamW())"}
@@ -66,7 +68,7 @@ def worker(variant):
     model = builder(weights=None, **({"image_size": image_size, "num_layers": num_layers} if num_layers else {}))
     built = time.perf_counter()
     cpu["built"] = time.process_time()
-    optimizer = "adamw" if _OPTIMIZER.value == "string" else keras.optimizers.AdamW()
+    optimizer = "adamw" if _COMPILE_WITH.value == "string" else keras.optimizers.AdamW()
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy())
     compiled = time.perf_counter()
     cpu["compiled"] = time.process_time()
@@ -105,7 +107,7 @@ def worker(variant):
 def measure_keras_vit(variant, optimizer):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
            **{name: str(_THREADS.value) for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
-    command = [sys.executable, "-m", "benchmarks.first_call", f"--worker={variant}", f"--optimizer={optimizer}",
+    command = [sys.executable, "-m", "benchmarks.first_call", f"--worker={variant}", f"--compile_with={optimizer}",
                f"--batch={_BATCH.value}", f"--threads={_THREADS.value}", f"--steady_steps={_STEADY_STEPS.value}",
                f"--tiny={_TINY.value}"]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=run.ROOT)
