@@ -128,6 +128,16 @@ def test_the_targets_table_follows_its_json(repo):
     figures.rewrite(repo)
     assert row(limit)[1].endswith("JAX 0.50") and row(limit)[2] in ("no", "TF yes, JAX no")
 
+    # Issue 44's runtime row: the four speed targets, then the memory one, each read once.
+    runtimes = "Ti/16, B/16 inference batch 1, 8 >= the faster of ONNX Runtime, OpenVINO (TF); B/16 memory <= 1.2 x"
+    path = repo / figures.RESULTS / "suite_cpu.json"
+    suite = json.loads(path.read_text())
+    for value, target in enumerate(t for t in suite["targets"] if "faster runtime" in t["target"]):
+        target.update(measured=1.0 + value / 10, met=value < 4)  # the last, memory, misses its 1.2
+    path.write_text(json.dumps(suite))
+    figures.rewrite(repo)
+    assert row(runtimes)[1:3] == ["1.00, 1.10, 1.20, 1.30; memory 1.40", "no"]
+
 
 def test_a_targets_row_whose_json_lacks_it_is_named(repo):
     path = repo / figures.RESULTS / "suite_gpu_jax.json"
