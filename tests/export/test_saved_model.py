@@ -106,6 +106,19 @@ def test_a_request_is_what_the_trainer_evaluates(model, tmp_path):
     np.testing.assert_allclose(served, evaluated, atol=1e-6)
 
 
+def test_a_session_on_one_thread_answers_as_keras(model, exported):
+    """`threads=`, TF Serving's intra-op flag, as the benchmark's served worker sets it: the same answers."""
+    inputs = np.random.default_rng(3).uniform(-1, 1, (2, 16, 16, 3)).astype(np.float32)
+    session = capi.SavedModelSession(exported, threads=1)
+    try:
+        answered = session.run("predict_float", inputs=inputs)["probabilities"]
+    finally:
+        session.close()
+    logits = model.predict(inputs, verbose=0)
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(answered, expected / expected.sum(-1, keepdims=True), atol=1e-5)
+
+
 def test_tf_serving_layout_versions_and_overwrite(model, exported):
     assert exported.name == "1" and (exported / "saved_model.pb").exists() and (exported / "variables").is_dir()
     base = exported.parents[1]
