@@ -1,4 +1,4 @@
-"""`python -m export --model=PATH --format=saved_model|tflite --output=DIR [...]`.
+"""`python -m export --model=PATH --format=saved_model|tflite|openvino --output=DIR [...]`.
 
 Also `python -m export --inspect=DIR` to print an export's metadata and
 signatures. The model is a `.keras` file or any checkpoint keras_vit reads
@@ -21,13 +21,14 @@ from export import choices, extras  # noqa: E402  (TensorFlow loads in main(), o
 from keras_vit.backends import tensorflow_backend_problem  # noqa: E402  (imports Keras when called)
 from keras_vit.checks import is_hub_id  # noqa: E402  (Keras-free)
 
-FORMATS = ("saved_model", "tflite")
+FORMATS = ("saved_model", "tflite", "openvino")
 _MODEL = flags.DEFINE_string("model", None, "A .keras file, or a checkpoint: an official or big_vision .npz, a timm "
                                             ".safetensors file or model directory, a Hugging Face transformers "
                                             "directory, or a Hugging Face hub id (org/name).")
 _IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Resolution for a checkpoint (default: the checkpoint's).")
 _FORMAT = flags.DEFINE_enum("format", "saved_model", FORMATS, "What to write.")
-_OUTPUT = flags.DEFINE_string("output", None, "SavedModel: the TF Serving base path; TFLite: a new directory.")
+_OUTPUT = flags.DEFINE_string("output", None, "SavedModel: the TF Serving base path; TFLite, OpenVINO: a new "
+                                                "directory.")
 _NAME = flags.DEFINE_string("name", "vit", "Model name (TF Serving directory under --output).")
 _VERSION = flags.DEFINE_integer("version", None, "TF Serving version (default: the next free one).")
 _LABELS = flags.DEFINE_string("labels", None, "A text file of class names, one per line, in class order "
@@ -36,7 +37,8 @@ _TOP_K = flags.DEFINE_integer("top_k", None, "Classes in the top-k outputs, 1 to
                                              "(default: 5, or all classes when there are fewer).")
 _CROP = flags.DEFINE_float("crop_fraction", 1.0, "Centre crop of decoded images (1.0: none).")
 _QUANTIZE = flags.DEFINE_enum("quantize", "none", list(choices.QUANTIZATIONS), "TFLite quantisation.")
-_IMAGES = flags.DEFINE_string("images", None, "Glob of real JPEG/PNG images: TFLite verification and int8 calibration.")
+_IMAGES = flags.DEFINE_string("images", None, "Glob of real JPEG/PNG images: TFLite and OpenVINO verification, int8 "
+                                              "calibration.")
 _CALIBRATION = flags.DEFINE_string("calibration_images", None, "Glob of other real images to calibrate full int8 on "
                                    "(default: --images); apart from the checked ones, the check says what new images "
                                    "get.")
@@ -61,9 +63,10 @@ def read_labels(path):
         raise app.UsageError(f"--labels={path!r} must be UTF-8 text: {error}") from error
 
 
-# Flags of one format only: given with the other, they would be ignored.
+# Flags of some formats only: given with another, they would be ignored.
 FORMAT_FLAGS = {"saved_model": ("name", "version", "top_k", "max_image_pixels", "jit_compile", "overwrite"),
-                "tflite": ("quantize", "images", "calibration_images", "force")}
+                "tflite": ("quantize", "images", "calibration_images", "force"),
+                "openvino": ("images",)}
 
 
 def check_flags():
@@ -74,14 +77,16 @@ def check_flags():
     if not _MODEL.value or not _OUTPUT.value:
         raise app.UsageError("--model and --output are required (or --inspect=DIR)")
     fmt = _FORMAT.value
-    other = next(f for f in FORMATS if f != fmt)
-    misplaced = [f"--{name}" for name in FORMAT_FLAGS[other] if flags.FLAGS[name].present]
-    if misplaced:
-        raise app.UsageError(f"{', '.join(misplaced)} apply to --format={other} only; received --format={fmt}")
+    for other in FORMATS:
+        misplaced = [f"--{name}" for name in FORMAT_FLAGS[other] if flags.FLAGS[name].present
+                     and name not in FORMAT_FLAGS[fmt]]
+        if misplaced:
+            takers = ", ".join(f for f in FORMATS if set(FORMAT_FLAGS[f]) >= {m[2:] for m in misplaced})
+            raise app.UsageError(f"{', '.join(misplaced)} apply to --format={takers} only; received --format={fmt}")
     images = calibration = None
-    if fmt == "tflite":
+    if fmt in ("tflite", "openvino"):
         if not _IMAGES.value:
-            raise app.UsageError("TFLite export checks the model on real images: pass --images=GLOB")
+            raise app.UsageError(f"--format={fmt} checks the model on real images: pass --images=GLOB")
         images = sorted(glob.glob(_IMAGES.value))
         if not images:
             raise app.UsageError(f"--images={_IMAGES.value!r} matches no file")
@@ -94,7 +99,7 @@ def check_flags():
             if not calibration:
                 raise app.UsageError(f"--calibration_images={_CALIBRATION.value!r} matches no file")
         if os.path.lexists(_OUTPUT.value):
-            raise app.UsageError(f"--output={_OUTPUT.value!r} exists: a TFLite export writes a new directory")
+            raise app.UsageError(f"--output={_OUTPUT.value!r} exists: --format={fmt} writes a new directory")
     else:
         if _NAME.value in ("", ".", "..") or "/" in _NAME.value or os.sep in _NAME.value:
             raise app.UsageError(f"--name must be one directory name (TF Serving's BASE/NAME/VERSION); "
@@ -142,8 +147,10 @@ def main(argv):
             labels = keras_vit.checkpoints.checkpoint_labels(_MODEL.value)
         if _FORMAT.value == "saved_model":
             _saved_model(model, labels)
-        else:
+        elif _FORMAT.value == "tflite":
             _tflite(model, labels, image_files, calibration_files)
+        else:
+            _openvino(model, labels, image_files)
     except tflite.ToleranceError as error:  # the flags were right; the converted model is not
         raise SystemExit(str(error)) from error
     except ValueError as error:  # what the model or the flags cannot do, named by the check that found it
@@ -162,15 +169,37 @@ def _saved_model(model, labels):
     print(saved_model.inspect(path))
 
 
-def _tflite(model, labels, image_files, calibration_files):
-    from export import preprocessing, tflite
+def _read_images(model, image_files):
+    """(the preprocessing's fields for metadata.json, a reader of image files into the model's inputs).
+
+    For a model that takes the decoded, scaled image (TFLite, OpenVINO), not its bytes.
+    """
+    from export import preprocessing
 
     # Decoded as a request's images are, but without a request's bound on their size: the user's own files.
     steps = preprocessing.Preprocessing.for_model(model, _CROP.value, max_image_pixels=2**31 - 1)
-    images = preprocessing.read_images(image_files, steps)
-    calibration = images if calibration_files is image_files else preprocessing.read_images(calibration_files, steps)
     fields = dataclasses.asdict(steps)
-    del fields["max_image_pixels"]  # a TFLite model takes no encoded images
+    del fields["max_image_pixels"]  # the model takes no encoded images
+    return fields, lambda files: preprocessing.read_images(files, steps)
+
+
+def _openvino(model, labels, image_files):
+    from export import openvino_ir
+
+    fields, read = _read_images(model, image_files)
+    result = openvino_ir.export_openvino(model, _OUTPUT.value, read(image_files), labels=labels,
+                                         metadata={"source": _MODEL.value, **fields})
+    print(f"OpenVINO IR written to {result['xml_path']}: on {result['num_images']} images, top-1 agreement "
+          f"{result['top1_agreement']:.2%}, max |difference| of probabilities {result['max_abs_diff_probabilities']:.2e} "
+          "(OpenVINO's CPU runtime against Keras)")
+
+
+def _tflite(model, labels, image_files, calibration_files):
+    from export import tflite
+
+    fields, read = _read_images(model, image_files)
+    images = read(image_files)
+    calibration = images if calibration_files is image_files else read(calibration_files)
     result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=calibration,
                                   verify_images=images, labels=labels, force=_FORCE.value,
                                   metadata={"source": _MODEL.value, **fields})

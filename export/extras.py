@@ -4,7 +4,8 @@ import importlib.util
 
 # format -> (module imported, distribution that provides it)
 NEEDS = {"saved_model": ("tensorflow_serving", "tensorflow-serving-api"),
-         "tflite": ("ai_edge_litert", "ai-edge-litert")}
+         "tflite": ("ai_edge_litert", "ai-edge-litert"),
+         "openvino": ("openvino", "openvino")}
 INSTALL = "pip install 'keras-vision-transformer[export]' (in a checkout: pip install -e '.[export]')"
 
 

@@ -43,6 +43,7 @@ from export import serving_check
 from export.labels import check_labels, is_classifier
 from keras_vit.model import head_input, outputs_probabilities
 from keras_vit.preprocessing import RANGE_MARGIN
+from keras_vit.trim import trim_last_block
 
 METADATA = "keras_vit_export.json"
 METADATA_KEYS = ("preprocessing", "signatures", "classes", "top_k", "labels", "jit_compile")  # the export's own
@@ -262,6 +263,8 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     a temporary name, loaded by a fresh process through TensorFlow's C API (TF
     Serving's loader), its warm-up requests answered there and compared with
     the Keras model (1e-5), then renamed. A failure leaves no version behind.
+    A class-token head is served by `keras_vit.trim_last_block(model)`, which
+    gives the model's answers with less work.
 
     Args:
         model: a Keras model from keras_vit (a classifier, or `include_top=False`).
@@ -285,6 +288,7 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
     version = next_version(model_base) if version is None else version
     preprocessing = prep.Preprocessing.for_model(model, crop_fraction, max_image_pixels)
     labels, top_k = _check_arguments(model, labels, top_k, metadata)
+    model = trim_last_block(model)  # the same answers for less work (keras_vit.trim)
     created = [folder for folder in (model_base, *model_base.parents) if not folder.exists()]  # deepest first
     final = _check_output(model_base, version, overwrite)
     staging = model_base / f".tmp-{version}-{os.getpid()}"

@@ -114,7 +114,7 @@ def input_shape(model):
     return (1, *shape[1:])
 
 
-def _check_images(images, model, name):
+def check_images(images, model, name):
     """Returns `images` as float32 `(n, height, width, channels)`, n >= 1, matching `model`."""
     expected = input_shape(model)[1:]
     images = np.asarray(images, np.float32)
@@ -158,7 +158,7 @@ def convert(model, quantize="none", representative_images=None):
                 "quantize='int8' calibrates activations on `representative_images`: expected "
                 "float images of shape (n, height, width, channels); received representative_images=None"
             )
-        representative_images = _check_images(representative_images, model, "representative_images")
+        representative_images = check_images(representative_images, model, "representative_images")
         _warn_if_few(len(representative_images), "calibrated")
 
     if quantize == "int8":
@@ -284,7 +284,7 @@ def calibrate(model, representative_images):
     Returns:
         The calibration, for `quantize_calibrated`.
     """
-    images = _check_images(representative_images, model, "representative_images")
+    images = check_images(representative_images, model, "representative_images")
     with _litert_layer_norms(model):
         converter = _converter(model, input_shape(model))
     set_quantization(converter, "int8", lambda: ([image[None]] for image in images))
@@ -437,7 +437,7 @@ def float_ops(tflite_bytes):
     return dict(sorted(counts.items()))
 
 
-def _softmax(logits):
+def softmax(logits):
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
@@ -457,7 +457,7 @@ def verify(tflite_bytes, model, images):
         class), `size_bytes`, `latency_ms` (median batch-1 invoke, see
         `latency_ms`) and `num_images`.
     """
-    images = _check_images(images, model, "images")
+    images = check_images(images, model, "images")
     expected = np.asarray(model.predict(images, batch_size=32, verbose=0), np.float32)
     received = run(tflite_bytes, images)
     if received.shape != expected.shape:
@@ -466,7 +466,7 @@ def verify(tflite_bytes, model, images):
             f"received shape {received.shape}"
         )
     if not outputs_probabilities(model):
-        expected, received = _softmax(expected), _softmax(received)
+        expected, received = softmax(expected), softmax(received)
     return {
         "max_abs_diff_probabilities": float(np.max(np.abs(expected - received))),
         "top1_agreement": float(np.mean(expected.argmax(-1) == received.argmax(-1))),
@@ -550,7 +550,7 @@ def export_tflite(
         "num_calibration_images": len(representative_images) if quantize == "int8" else 0,
         "forced": bool(failures),
     }
-    ours = {**result, **_input_and_output(model)}
+    ours = {**result, **input_and_output(model)}
     clashes = sorted(set(metadata) & set(ours))
     if clashes:
         raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
@@ -573,7 +573,7 @@ def _check_export_arguments(model, output_dir, quantize, verify_images, labels):
                          "its class predictions against Keras', and features have none. Export the features as a "
                          "SavedModel (its `features` signature is checked against Keras to 1e-5)")
     outputs_probabilities(model)  # a head that is neither softmax nor logits is refused here, before any work
-    verify_images = _check_images(verify_images, model, "verify_images")
+    verify_images = check_images(verify_images, model, "verify_images")
     if labels is not None:
         labels = check_labels(labels, model)
     return output_dir, verify_images, labels
@@ -601,7 +601,7 @@ def _refuse_unless_forced(quantize, result, force):
     return failures
 
 
-def _input_and_output(model):
+def input_and_output(model):
     """The `input` and `output` entries of metadata.json: what every variant takes and returns."""
     return {
         "input": {"shape": list(input_shape(model)), "dtype": "float32",

@@ -26,6 +26,7 @@ _SOURCES = {
                         "ViT_L16", "ViT_L32", "ViT_S16", "ViT_S32", "ViT_Ti16"),
     "keras_vit.preprocessing": ("preprocess_input", "resize_and_center_crop"),
     "keras_vit.saving": ("load_model",),
+    "keras_vit.trim": ("head_tokens", "trim_last_block"),
     "keras_vit.variants": ("decode_variant",),
 }
 _MODULES = {"analysis": "keras_vit.analysis", "layers": "keras_vit.layers",

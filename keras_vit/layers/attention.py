@@ -86,6 +86,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         training: bool. Whether dropout is active.
         return_attention_scores: bool. Also return the attention weights,
             `(batch, heads, tokens, tokens)`.
+        query_tokens: None, or k: only the first k tokens ask (attend over
+            every token); the output then has k tokens. Not with relative
+            positions, whose logits are made for a square of tokens.
 
     Returns:
         `(batch, tokens, width)`, and the weights if asked for.
@@ -179,17 +182,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             tables, to_pair(grid_size, "grid_size"), self.num_prefix_tokens, self.interpolation, self.grid_size
         )
 
-    def call(self, inputs, training=None, return_attention_scores=False):
-        def project(name):
+    def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None):
+        def project(name, tokens):
             kernel = getattr(self, f"{name}_kernel")
-            return ops.einsum("btd,dhk->bthk", inputs, kernel) + getattr(self, f"{name}_bias")
+            return ops.einsum("btd,dhk->bthk", tokens, kernel) + getattr(self, f"{name}_bias")
 
+        if query_tokens is not None and self.position.biases_attention:
+            raise ValueError(f"query_tokens={query_tokens} cannot be used with relative_position="
+                             f"{self.relative_position!r}: its logits are made for every token asking")
         head_dim = self.query_kernel.shape[-1]
-        query = project("query") / ops.cast(math.sqrt(head_dim), inputs.dtype)
-        key, value = project("key"), project("value")
+        asking = inputs if query_tokens is None else inputs[:, :query_tokens]
+        query = project("query", asking) / ops.cast(math.sqrt(head_dim), inputs.dtype)
+        key, value = project("key", inputs), project("value", inputs)
         fused = None
         weights_needed = training and self.attention_dropout_rate  # dropout on them
-        if not (return_attention_scores or self.position.biases_attention or weights_needed):
+        # cuDNN's padded path takes as many queries as keys: a subset of queries runs unfused.
+        if not (return_attention_scores or self.position.biases_attention or weights_needed or query_tokens):
             fused = cudnn_attention(query, key, value)
         attended, weights = (fused, None) if fused is not None else self._attend(query, key, value, training)
         outputs = ops.einsum("bqhd,hdo->bqo", attended, self.output_kernel) + self.output_bias

@@ -11,6 +11,7 @@ both. timm's checkpoints use the exact (erf) GELU: `gelu_approximate=False`.
 import keras
 from keras import ops
 
+from keras_vit.checks import check_count
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.gradient_boundary import gradient_boundary
@@ -99,6 +100,10 @@ class EncoderBlock(keras.layers.Layer):
         remat: bool. In training, recompute the block in the backward pass
             instead of keeping its activations (`keras.remat`); the
             recomputation draws the forward's dropout masks. Defaults to False.
+        output_tokens: None (every token), or k: the block computes and
+            returns only the first k tokens, the others serving as keys and
+            values. A last block whose head reads the class token needs
+            only it (`keras_vit.trim_last_block`). Defaults to None.
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -108,7 +113,8 @@ class EncoderBlock(keras.layers.Layer):
             a scalar tensor) in place of the layer's.
 
     Returns:
-        `(batch, tokens, width)`, and the attention weights if asked for.
+        `(batch, tokens, width)` (`output_tokens` tokens when set), and the
+        attention weights if asked for.
 
     Example:
     >>> tuple(EncoderBlock(num_heads=2, mlp_dim=32)(np.zeros((2, 5, 8))).shape)
@@ -129,10 +135,15 @@ class EncoderBlock(keras.layers.Layer):
         num_prefix_tokens=0,
         interpolation="bilinear",
         remat=False,
+        output_tokens=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.remat = bool(remat)
+        if output_tokens is not None and relative_position:
+            raise ValueError(f"output_tokens={output_tokens} cannot be used with relative_position="
+                             f"{relative_position!r}: its logits are made for every token asking")
+        self.output_tokens = None if output_tokens is None else check_count(output_tokens, "output_tokens", minimum=1)
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.dropout_rate = float(dropout_rate)
@@ -185,7 +196,8 @@ class EncoderBlock(keras.layers.Layer):
         # the time of building a ViT with the functional API.
         if return_attention_scores:
             return super().compute_output_spec(inputs, training, return_attention_scores, drop_path_rate)
-        return keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        shape = inputs.shape if self.output_tokens is None else (inputs.shape[0], self.output_tokens, inputs.shape[2])
+        return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
     def _rematerialized(self, inputs, drop_path_rate):
         """The training forward under `keras.remat`, which runs it again in the backward pass.
@@ -210,13 +222,13 @@ class EncoderBlock(keras.layers.Layer):
 
     def _forward(self, inputs, training, return_attention_scores, drop_path_rate):
         # Weights only when asked for: without them attention may run fused (MultiHeadSelfAttention).
-        attended = self.attention(
-            self.norm_1(inputs), training=training, return_attention_scores=return_attention_scores
-        )
+        attended = self.attention(self.norm_1(inputs), training=training,
+                                  return_attention_scores=return_attention_scores, query_tokens=self.output_tokens)
         if return_attention_scores:
             attended, scores = attended
         attended = self.dropout(attended, training=training)
-        x = inputs + self.drop_path(attended, training=training, rate=drop_path_rate)
+        residual = inputs if self.output_tokens is None else inputs[:, : self.output_tokens]
+        x = residual + self.drop_path(attended, training=training, rate=drop_path_rate)
         branch = self.mlp(self.norm_2(x), training=training)
         x = x + self.drop_path(branch, training=training, rate=drop_path_rate)
         return (x, scores) if return_attention_scores else x
@@ -236,4 +248,5 @@ class EncoderBlock(keras.layers.Layer):
             "num_prefix_tokens": self.num_prefix_tokens,
             "interpolation": self.interpolation,
             "remat": self.remat,
+            "output_tokens": self.output_tokens,
         }

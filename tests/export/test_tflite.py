@@ -247,7 +247,7 @@ def test_export_writes_model_labels_and_metadata(trained, tmp_path):
     assert metadata["top1_agreement"] == result["top1_agreement"] >= tflite.TOLERANCES["dynamic"]["agreement"]
     assert metadata["forced"] is False and metadata["num_images"] == 512
     imagenet = keras_vit.ViT(**TINY, input_mean=(0.485, 0.456, 0.406), input_std=(0.229, 0.224, 0.225))
-    low, high = tflite._input_and_output(imagenet)["input"]["range"]  # what its mean and std span, not [-1, 1]
+    low, high = tflite.input_and_output(imagenet)["input"]["range"]  # what its mean and std span, not [-1, 1]
     assert round(low, 3) == -2.118 and round(high, 3) == 2.64
 
 
