@@ -38,7 +38,7 @@ RESULTS = pathlib.Path("benchmarks") / "results"
 # (the current run, suite_cpu.json, is in the question tables: each figure once).
 DRIFT_RUNS = ("suite_cpu_earlier_run.json", "suite_cpu_with_graph_probes.json", "suite_cpu_previous_run.json",
               "suite_cpu_2026-11-22.json", "suite_cpu_2026-11-25_first.json", "suite_cpu_2026-11-25_second.json",
-              "suite_cpu_2026-11-26.json")
+              "suite_cpu_2026-11-26.json", "suite_cpu_2026-11-27_first.json")
 # The GPU suite on another kind of GPU than suite_gpu_jax.json's (the kind issue 18 names), before and after
 # attention ran as cuDNN's fused kernel (docs/performance.md, "GPU suite"); each JSON names its machine.
 GPU_MATMUL_ATTENTION = "suite_gpu_jax_matmul_attention.json"
@@ -86,7 +86,12 @@ def _provenance(name, data):
 # --- benchmarks.run
 
 def _short(label):
-    return label.replace("keras_vit ", "")
+    """keras_vit's forms by their form alone ("XLA"), unless that is a peer's name ("keras_vit OpenVINO")."""
+    short = label.replace("keras_vit ", "")
+    return label if short in _PEER_LABELS else short
+
+
+_PEER_LABELS = ("timm", "ONNX Runtime", "OpenVINO")
 
 
 def _suite_line(suite, name):

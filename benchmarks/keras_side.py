@@ -111,14 +111,21 @@ def inference(variant, batch, image_size, compiled=True, precision="float32", nu
     return lambda: ops.convert_to_numpy(model(images))
 
 
-def _export(variant, image_size, precision, num_layers, scan_layers, jit_compile, folder):
-    """Builds the model and writes `python -m export`'s SavedModel under `folder`; `folder/path.json` names it."""
+def _export(variant, image_size, precision, num_layers, scan_layers, jit_compile, folder, export_format="saved_model"):
+    """Builds the model and writes `python -m export`'s SavedModel, or its OpenVINO IR, under `folder`;
+    `folder/path.json` names the SavedModel's version directory or the IR's `.xml` file."""
     import json
 
-    from export import saved_model
-
     model = _model(variant, image_size, precision, num_layers, scan_layers)
-    path = saved_model.export_saved_model(model, folder, jit_compile=jit_compile)
+    if export_format == "openvino":
+        from export import openvino_ir
+
+        images = np.random.default_rng(0).uniform(-1, 1, (2, image_size, image_size, 3)).astype(np.float32)
+        path = openvino_ir.export_openvino(model, os.path.join(folder, "ir"), images)["xml_path"]
+    else:
+        from export import saved_model
+
+        path = saved_model.export_saved_model(model, folder, jit_compile=jit_compile)
     with open(os.path.join(folder, "path.json"), "w") as f:
         json.dump(str(path), f)
 

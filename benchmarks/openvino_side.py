@@ -40,8 +40,13 @@ def matmul(m, k, n, dtype="float32"):
 def inference(variant, batch, image_size, compiled=False, precision="float32", num_layers=None):
     if precision != "float32":
         raise ValueError(f"the OpenVINO side runs float32 only; received precision={precision!r}")
-    model = _CORE.read_model(onnx_export.onnx_path(variant, image_size, num_layers))
-    model.reshape({model.inputs[0].get_any_name(): [batch, 3, image_size, image_size]})
+    return run_file(onnx_export.onnx_path(variant, image_size, num_layers), (batch, 3, image_size, image_size))
+
+
+def run_file(path, shape):
+    """A call of the model file at `path` (ONNX, OpenVINO IR), compiled for input `shape` as this side compiles."""
+    model = _CORE.read_model(path)
+    model.reshape({model.inputs[0].get_any_name(): list(shape)})
     request = _compile(model).create_infer_request()
-    images = np.random.default_rng(0).standard_normal((batch, 3, image_size, image_size), dtype=np.float32)
+    images = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
     return lambda: request.infer({0: images})

@@ -61,8 +61,8 @@ INSTALLS = {"keras_vit": ["-e", *_BACKEND_INSTALLS.get(KERAS_BACKEND, [str(ROOT)
 ENV_NAMES = {"keras_vit": "keras_vit" if KERAS_BACKEND == "tensorflow" else f"keras_vit_{KERAS_BACKEND}",
              "timm": "timm"}
 # The environment each worker runs in: the deployment runtimes run timm's model exported to ONNX, beside timm.
-ENVIRONMENT_OF = {"keras_vit": "keras_vit", "keras_vit_served": "keras_vit", "timm": "timm", "onnxruntime": "timm",
-                  "openvino": "timm"}
+ENVIRONMENT_OF = {"keras_vit": "keras_vit", "keras_vit_served": "keras_vit", "keras_vit_openvino": "keras_vit",
+                  "timm": "timm", "onnxruntime": "timm", "openvino": "timm"}
 RUNTIMES = ("onnxruntime", "openvino")  # the deployment peers: inference only, compared with the faster of them
 # The workers that time a matmul each round (the served worker runs an export only: its matmul is keras_vit's).
 MATMUL_SIDES = ("keras_vit", "timm", *RUNTIMES)
@@ -114,6 +114,8 @@ _CPU_IMPLEMENTATIONS = (
     Implementation("keras_vit graph", "keras_vit", False),
     # The SavedModel `python -m export` writes, run by TensorFlow's C API as TF Serving runs it.
     Implementation("keras_vit SavedModel", "keras_vit_served", False, tasks=("inference",)),
+    # `python -m export --format=openvino`'s IR, run by OpenVINO as the OpenVINO row runs timm's ONNX.
+    Implementation("keras_vit OpenVINO", "keras_vit_openvino", False, tasks=("inference",)),
     Implementation("timm", "timm", False),
     # timm's model as a CPU deployment runs it: exported to ONNX, run by ONNX Runtime or OpenVINO.
     Implementation("ONNX Runtime", "onnxruntime", False, tasks=("inference",)),
@@ -207,6 +209,8 @@ def environment_python(impl, requested, envs_dir):
     folder = pathlib.Path(envs_dir) / ENV_NAMES[impl]
     stamp = folder / "installed.txt"  # what it was made from: a changed requirements file makes it again
     wanted = "\n".join([*INSTALLS[impl], *_requirement_lines(INSTALLS[impl])])
+    if any(word.startswith(str(ROOT) + "[") for word in INSTALLS[impl]):  # the project's extras: setup.py's
+        wanted += "\n" + (ROOT / "setup.py").read_text()
     if not (stamp.exists() and stamp.read_text() == wanted):
         print(f"making the {impl} environment {folder} (once): pip install {' '.join(INSTALLS[impl])}", flush=True)
         # Built under another name and renamed when whole, so a broken install never looks finished.
@@ -390,8 +394,8 @@ def targets(results, probes, suite_name):
     return checks
 
 
-# keras_vit as a deployment runs it: in process under XLA, or the SavedModel TF Serving loads.
-SERVED = ("keras_vit XLA", "keras_vit SavedModel")
+# keras_vit as a deployment runs it: in process under XLA, the SavedModel TF Serving loads, or its OpenVINO IR.
+SERVED = ("keras_vit XLA", "keras_vit SavedModel", "keras_vit OpenVINO")
 
 
 def best_vs_runtime(result):

@@ -190,8 +190,8 @@ def _openvino(model, labels, image_files):
     result = openvino_ir.export_openvino(model, _OUTPUT.value, read(image_files), labels=labels,
                                          metadata={"source": _MODEL.value, **fields})
     print(f"OpenVINO IR written to {result['xml_path']}: on {result['num_images']} images, top-1 agreement "
-          f"{result['top1_agreement']:.2%}, max |difference| of probabilities {result['max_abs_diff_probabilities']:.2e} "
-          "(OpenVINO's CPU runtime against Keras)")
+          f"{result['top1_agreement']:.2%}, max |difference| of probabilities "
+          f"{result['max_abs_diff_probabilities']:.2e} (OpenVINO's CPU runtime against Keras)")
 
 
 def _tflite(model, labels, image_files, calibration_files):
