@@ -207,6 +207,18 @@ def test_rest_and_grpc_examples_answer_through_the_cpp_loader(user):
         server.wait()
 
 
+def test_the_openvino_client_reads_the_guides_export(user):
+    """docs/serving.md's OpenVINO client, verbatim, on the IR its shell block wrote (the Python lane runs beside
+    the shell lane, so the block waits for this test)."""
+    folder, env = user
+    assert (folder / "openvino_digits/model.xml").is_file(), "the guides' export runs first"
+    [block] = [b for b in docs_blocks.blocks(ROOT / "docs/serving.md") if "openvino.Core()" in b.text]
+    result = subprocess.run([sys.executable, "-c", python_program(block)], cwd=folder, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.fullmatch(r"logits top class \d of 10\n", result.stdout), result.stdout  # export reads logits
+
+
 def test_model_server_config_blocks_parse_as_their_protos():
     from google.protobuf import text_format
     from tensorflow_serving.config import model_server_config_pb2
