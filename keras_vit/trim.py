@@ -93,9 +93,10 @@ def _check_same_outputs(model, copy):
 
 
 def _consumers(model, layer):
-    """The layers of `model` that take `layer`'s output; the model's own output counts as a reader None."""
-    readers = [other for other in model.layers if any(
-        node.operation is other for node in layer._outbound_nodes)]
-    if any(output._keras_history.operation is layer for output in keras.tree.flatten(model.outputs)):
+    """The layers of `model` that take `layer`'s output (each called once, as the builders call them); the model's
+    own outputs count as a reader None."""
+    output = layer.output
+    readers = [other for other in model.layers if any(t is output for t in keras.tree.flatten(other.input))]
+    if any(t is output for t in keras.tree.flatten(model.outputs)):
         readers.append(None)
     return readers

@@ -230,6 +230,8 @@ def run(directory):
     out["losses"] = training_losses()
     token = keras_vit.ViT.from_checkpoint(FIXTURES / "token.npz", classifier_activation=None)
     out.update({f"analysis:{k}": v for k, v in analysis(token, np.load(FIXTURES / "token_io.npz")["images"]).items()})
+    token_images = np.load(FIXTURES / "token_io.npz")["images"]
+    out["trim:whole"], out["trim:trimmed"] = (numpy(m(token_images)) for m in (token, keras_vit.trim_last_block(token)))
     out["npz_round_trip"] = npz_round_trip(directory)
     out.update(save_keras_files(directory))
     out.update(load_keras_files(directory))

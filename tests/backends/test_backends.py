@@ -128,6 +128,14 @@ def test_official_npz_files_read_and_write_without_tensorflow(results, backend):
         assert not out["tensorflow_imported"], f"the {backend} process imported TensorFlow"
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_trimmed_last_block_gives_the_whole_models_logits(results, backend):
+    out = on(results, backend)
+    assert np.abs(out["trim:whole"]).max() > 0.1  # the fixture's head decides something
+    np.testing.assert_allclose(out["trim:trimmed"], out["trim:whole"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(out["trim:trimmed"], on(results, "tensorflow")["trim:whole"], rtol=0, atol=SAME_ATOL)
+
+
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_the_analysis_api_gives_tensorflows_results(results, backend):
     reference, out = on(results, "tensorflow"), on(results, backend)
