@@ -91,7 +91,15 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
         "matches no file": [missing, "--format=tflite", f"--images={tmp_path / 'none*.png'}", "--output=x"],
         "no*.png' matches no file": [*tflite_base, "--quantize=int8", f"--calibration_images={tmp_path / 'no*.png'}"],
         "--calibration_images applies to --quantize=int8 only": [*tflite_base, "--calibration_images=x"],
-        "exists: a TFLite export writes a new directory": [*tflite_base[:3], f"--output={tmp_path}"],
+        "exists: --format=tflite writes a new directory": [*tflite_base[:3], f"--output={tmp_path}"],
+        "--format=openvino checks the model on real images: pass --images=GLOB": [
+            missing, "--format=openvino", f"--output={tmp_path / 'o'}"],
+        "--quantize apply to --format=tflite only; received --format=openvino": [
+            missing, "--format=openvino", *tflite_base[2:], "--quantize=int8"],
+        "--images apply to --format=tflite, openvino only; received --format=saved_model": [
+            missing, f"--output={tmp_path / 's'}", tflite_base[2]],
+        "exists: --format=openvino writes a new directory": [
+            missing, "--format=openvino", tflite_base[2], f"--output={tmp_path}"],
         "--version=2 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=2"],
         "--version=0 exists at": [missing, f"--output={tmp_path / 'taken'}", "--version=0"],
         "--version must be an integer >= 0": [missing, f"--output={tmp_path / 's'}", "--version=-1"],
@@ -117,7 +125,7 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
 def test_a_missing_export_extra_is_one_line_naming_the_install(monkeypatch):
     from export import extras
 
-    assert extras.missing_message("saved_model") is None and extras.missing_message("tflite") is None
+    assert all(extras.missing_message(f) is None for f in ("saved_model", "tflite", "openvino"))
     monkeypatch.setitem(extras.NEEDS, "tflite", ("keras_vit_no_such_module", "ai-edge-litert"))
     message = extras.missing_message("tflite")
     assert "\n" not in message and "ai-edge-litert" in message and "pip install -e '.[export]'" in message
