@@ -55,6 +55,15 @@ def test_a_head_that_reads_every_token_is_left_whole(fields):
     assert keras_vit.head_tokens(model) is None and keras_vit.trim_last_block(model) is model
 
 
+def test_a_half_precision_model_is_left_whole():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = keras_vit.ViT(**TINY)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert keras_vit.head_tokens(model) == 1 and keras_vit.trim_last_block(model) is model
+
+
 def test_a_model_that_returns_the_sequence_is_left_whole():
     model = keras_vit.ViT(**TINY)
     sequence = keras.Model(model.input, model.get_layer("encoder_norm").output)

@@ -77,7 +77,7 @@ def test_what_the_export_cannot_take_is_refused_before_any_work(model, tmp_path)
         "no classification head": (headless, tmp_path / "a", IMAGES, {}),
         "verify_images` must be float pixels of shape": (model, tmp_path / "b", IMAGES[:, :8], {}),
         "must be the model's inputs, in \\[-1, 1\\]": (model, tmp_path / "c", IMAGES * 255, {}),
-        "labels": (model, tmp_path / "d", IMAGES, {"labels": ["one"]}),
+        "The model has 3 classes; received 1 labels": (model, tmp_path / "d", IMAGES, {"labels": ["one"]}),
         "must not set the keys the export writes; received keys \\['check', 'format'\\]": (
             model, tmp_path / "e", IMAGES, {"metadata": {"format": 1, "check": 2}}),
     }
