@@ -141,7 +141,7 @@ def training(variant, batch, image_size, compiled=True, precision="float32", num
     return lambda: model.train_on_batch(images, labels)
 
 
-if __name__ == "__main__":  # the served rows' export, in a process of its own (`benchmarks.served_side`)
+if __name__ == "__main__":  # the served rows' export, in a process of its own (`benchmarks.served_export`)
     import json
 
     _export(**json.loads(sys.argv[1]))

@@ -1,22 +1,14 @@
 """keras_vit as an OpenVINO deployment runs it, driven by `benchmarks.worker`: `python -m export`'s IR.
 
-A child process (`python -m benchmarks.keras_side`) builds the model and
-writes `python -m export --format=openvino`'s IR (converted trimmed, and
-checked by OpenVINO's runtime against Keras); this process loads it with
+A child process (`benchmarks.served_export`) builds the model and writes
+`python -m export --format=openvino`'s IR (converted trimmed, and checked
+by OpenVINO's runtime against Keras); this process loads it with
 OpenVINO alone and compiles it as the OpenVINO row compiles timm's ONNX
 (`benchmarks.openvino_side`: batch fixed, LATENCY hint, float32, the suite's
 threads). Inference only.
 """
 
-import atexit
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-
-from benchmarks import openvino_side
+from benchmarks import openvino_side, served_export
 
 versions = openvino_side.versions
 set_threads = openvino_side.set_threads
@@ -25,11 +17,6 @@ set_threads = openvino_side.set_threads
 def inference(variant, batch, image_size, compiled=False, precision="float32", num_layers=None, scan_layers=False):
     if precision != "float32":
         raise ValueError(f"the OpenVINO side runs float32 only; received precision={precision!r}")
-    folder = tempfile.mkdtemp(prefix="served-openvino-")
-    atexit.register(shutil.rmtree, folder, True)
-    arguments = dict(variant=variant, image_size=image_size, precision=precision, num_layers=num_layers,
-                     scan_layers=scan_layers, jit_compile=False, folder=folder, export_format="openvino")
-    subprocess.run([sys.executable, "-m", "benchmarks.keras_side", json.dumps(arguments)], check=True,
-                   stdout=sys.stderr)
-    with open(os.path.join(folder, "path.json")) as f:
-        return openvino_side.run_file(json.load(f), (batch, image_size, image_size, 3))
+    path = served_export.write("openvino", variant=variant, image_size=image_size, precision=precision,
+                               num_layers=num_layers, scan_layers=scan_layers, jit_compile=False)
+    return openvino_side.run_file(path, (batch, image_size, image_size, 3))

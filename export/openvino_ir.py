@@ -16,18 +16,14 @@ comes from TensorFlow's graph of the model (`openvino.convert_model`), so
 this export runs on Keras' TensorFlow backend.
 """
 
-import json
 import os
-import shutil
-import tempfile
 
 import numpy as np
 import openvino
 import tensorflow as tf
 
 from export import tflite
-from export.labels import check_labels, is_classifier
-from keras_vit.model import outputs_probabilities
+from keras_vit.atomic_files import new_directory
 from keras_vit.trim import trim_last_block
 
 FILES = ("model.xml", "model.bin", "labels.txt", "metadata.json")
@@ -57,12 +53,7 @@ def run(converted, images):
 def verify(converted, model, images):
     """`max_abs_diff_probabilities`, `top1_agreement` and `num_images` of `converted` against Keras."""
     expected = np.asarray(model.predict(images, batch_size=32, verbose=0), np.float32)
-    received = run(converted, images)
-    if not outputs_probabilities(model):
-        expected, received = tflite.softmax(expected), tflite.softmax(received)
-    return {"max_abs_diff_probabilities": float(np.max(np.abs(expected - received))),
-            "top1_agreement": float(np.mean(expected.argmax(-1) == received.argmax(-1))),
-            "num_images": len(images)}
+    return {**tflite.compare(model, expected, run(converted, images)), "num_images": len(images)}
 
 
 def export_openvino(model, output_dir, verify_images, labels=None, metadata=None):
@@ -84,14 +75,8 @@ def export_openvino(model, output_dir, verify_images, labels=None, metadata=None
         tflite.ToleranceError: the IR is not within `TOLERANCE` of Keras; nothing was written.
         ValueError: an argument is not what the export takes.
     """
-    output_dir = os.path.abspath(os.fspath(output_dir))
-    if os.path.lexists(output_dir):
-        raise ValueError(f"`output_dir` must not exist (exports are never overwritten); received {output_dir!r}")
-    if not is_classifier(model):
-        raise ValueError("The model has no classification head (include_top=False): an OpenVINO export is "
-                         "checked by its class predictions against Keras'; export the features as a SavedModel")
-    verify_images = tflite.check_images(verify_images, model, "verify_images")
-    labels = None if labels is None else check_labels(labels, model)
+    output_dir, verify_images, labels = tflite.check_export_arguments(model, output_dir, verify_images, labels,
+                                                                      kind="OpenVINO")
     ours = {"format": "openvino", "tolerance": dict(TOLERANCE), "openvino": openvino.__version__,
             **tflite.input_and_output(model)}
     ours["input"]["shape"][0] = None  # any batch
@@ -105,18 +90,9 @@ def export_openvino(model, output_dir, verify_images, labels=None, metadata=None
     if failures:
         raise tflite.ToleranceError(f"The OpenVINO model is not within {TOLERANCE} of the Keras model on "
                                     f"{len(verify_images)} images: {'; '.join(failures)}. Nothing was written")
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.", suffix=".tmp", dir=parent)
-    try:
-        openvino.save_model(converted, os.path.join(staging, FILES[0]), compress_to_fp16=False)
-        if labels is not None:
-            with open(os.path.join(staging, FILES[2]), "w") as f:
-                f.write("".join(label + "\n" for label in labels))
-        with open(os.path.join(staging, FILES[3]), "w") as f:
-            json.dump({**(metadata or {}), **ours, "check": result}, f, indent=2, sort_keys=True)
-        os.rename(staging, output_dir)  # fails on a non-empty target: an export made meanwhile survives
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return {**result, "output_dir": output_dir, "xml_path": os.path.join(output_dir, FILES[0])}
+    xml, _, labels_name, metadata_name = FILES
+    with new_directory(output_dir) as staging:
+        openvino.save_model(converted, os.path.join(staging, xml), compress_to_fp16=False)
+        tflite.write_labels_and_metadata(staging, labels_name, labels, metadata_name,
+                                         {**(metadata or {}), **ours, "check": result})
+    return {**result, "output_dir": output_dir, "xml_path": os.path.join(output_dir, xml)}

@@ -31,10 +31,8 @@ import functools
 import json
 import os
 import re
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 
@@ -46,6 +44,7 @@ from keras import ops
 from export.choices import QUANTIZATIONS
 from export.labels import check_labels, is_classifier
 from export.preprocessing import Preprocessing
+from keras_vit.atomic_files import new_directory
 from keras_vit.checks import check_choice
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.scanned_encoder import ScannedEncoder, block_name
@@ -442,6 +441,15 @@ def softmax(logits):
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
+def compare(model, expected, received):
+    """`max_abs_diff_probabilities` and `top1_agreement` of a converted model's scores against Keras' (`expected`),
+    softmax applied to both when `model` returns logits."""
+    if not outputs_probabilities(model):
+        expected, received = softmax(expected), softmax(received)
+    return {"max_abs_diff_probabilities": float(np.max(np.abs(expected - received))),
+            "top1_agreement": float(np.mean(expected.argmax(-1) == received.argmax(-1)))}
+
+
 def verify(tflite_bytes, model, images):
     """Compares a TFLite model with the Keras model it came from.
 
@@ -465,11 +473,8 @@ def verify(tflite_bytes, model, images):
             f"The TFLite model's outputs must have the Keras model's shape {expected.shape}; "
             f"received shape {received.shape}"
         )
-    if not outputs_probabilities(model):
-        expected, received = softmax(expected), softmax(received)
     return {
-        "max_abs_diff_probabilities": float(np.max(np.abs(expected - received))),
-        "top1_agreement": float(np.mean(expected.argmax(-1) == received.argmax(-1))),
+        **compare(model, expected, received),
         "size_bytes": len(tflite_bytes),
         "latency_ms": latency_ms(tflite_bytes, images[0]),
         "num_images": len(images),
@@ -534,7 +539,8 @@ def export_tflite(
             False; nothing was written.
         ValueError: an argument is not what the export takes.
     """
-    output_dir, verify_images, labels = _check_export_arguments(model, output_dir, quantize, verify_images, labels)
+    check_choice(quantize, QUANTIZATIONS, "quantize")
+    output_dir, verify_images, labels = check_export_arguments(model, output_dir, verify_images, labels)
     metadata = dict(metadata or {})
 
     tflite_bytes = convert(model, quantize, representative_images)
@@ -557,20 +563,20 @@ def export_tflite(
     return {**result, **_write_variant(output_dir, quantize, tflite_bytes, labels, {**metadata, **ours})}
 
 
-def _check_export_arguments(model, output_dir, quantize, verify_images, labels):
-    """`export_tflite`'s checks, before any work; returns the absolute `output_dir`, the images and the labels."""
-    check_choice(quantize, QUANTIZATIONS, "quantize")
+def check_export_arguments(model, output_dir, verify_images, labels, kind="TFLite"):
+    """A checked export's arguments, before any work (also OpenVINO's, `kind`); returns the absolute
+    `output_dir`, the images and the labels."""
     output_dir = os.path.abspath(os.fspath(output_dir))
     if os.path.lexists(output_dir):
         raise ValueError(f"`output_dir` must not exist (exports are never overwritten); received {output_dir!r}")
     if verify_images is None:
         raise ValueError(
-            "Every TFLite export is checked against the Keras model: `verify_images` must be float "
+            f"Every {kind} export is checked against the Keras model: `verify_images` must be float "
             "images of shape (n, height, width, channels); received verify_images=None"
         )
     if not is_classifier(model):
-        raise ValueError("The model has no classification head (include_top=False): a TFLite export is checked by "
-                         "its class predictions against Keras', and features have none. Export the features as a "
+        raise ValueError(f"The model has no classification head (include_top=False): {kind} exports are checked "
+                         "by their class predictions against Keras', and features have none. Export the features as a "
                          "SavedModel (its `features` signature is checked against Keras to 1e-5)")
     outputs_probabilities(model)  # a head that is neither softmax nor logits is refused here, before any work
     verify_images = check_images(verify_images, model, "verify_images")
@@ -620,30 +626,25 @@ def _write_variant(output_dir, quantize, tflite_bytes, labels, metadata):
     An interrupted export so leaves no directory that looks complete.
     """
     tflite_name, labels_name, metadata_name = (name.format(quantize=quantize) for name in FILES)
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    # Same parent, so the final rename is atomic (one filesystem); the dot
-    # name keeps a left-over from a killed process from looking like an export.
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output_dir)}.", suffix=".tmp", dir=parent)
-    try:
+    with new_directory(output_dir) as staging:
         with open(os.path.join(staging, tflite_name), "wb") as f:
             f.write(tflite_bytes)
-        if labels is not None:
-            with open(os.path.join(staging, labels_name), "w") as f:
-                f.write("".join(label + "\n" for label in labels))
-        with open(os.path.join(staging, metadata_name), "w") as f:
-            json.dump(metadata, f, indent=2, sort_keys=True)
-        # os.rename fails on a non-empty target, so a finished export made meanwhile survives.
-        os.rename(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        write_labels_and_metadata(staging, labels_name, labels, metadata_name, metadata)
     return {
         "output_dir": output_dir,
         "tflite_path": os.path.join(output_dir, tflite_name),
         "labels_path": os.path.join(output_dir, labels_name) if labels is not None else None,
         "metadata_path": os.path.join(output_dir, metadata_name),
     }
+
+
+def write_labels_and_metadata(folder, labels_name, labels, metadata_name, metadata):
+    """`labels` one per line (when given) and `metadata` as sorted JSON, into `folder`."""
+    if labels is not None:
+        with open(os.path.join(folder, labels_name), "w") as f:
+            f.write("".join(label + "\n" for label in labels))
+    with open(os.path.join(folder, metadata_name), "w") as f:
+        json.dump(metadata, f, indent=2, sort_keys=True)
 
 
 def print_table(rows, file=None):

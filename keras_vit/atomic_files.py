@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import shutil
 import tempfile
 
 
@@ -28,3 +29,23 @@ def write_text_atomically(path, text):
     """Writes `text` to `path` (a pathlib.Path) so that a reader never sees half of it."""
     with atomic_file(path, "w") as f:
         f.write(text)
+
+
+@contextlib.contextmanager
+def new_directory(path):
+    """Yields a staging directory that appears at `path` (a new directory) only when the block completes.
+
+    The staging directory sits beside `path` (one filesystem, so the rename is
+    atomic) under a dot name, so a killed process's left-over never looks like
+    an export; it goes if the block raises. The rename fails on a non-empty
+    target: a directory finished meanwhile at `path` survives.
+    """
+    parent, name = os.path.split(os.path.abspath(os.fspath(path)))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
+    try:
+        yield staging
+        os.rename(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

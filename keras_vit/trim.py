@@ -29,10 +29,10 @@ def head_tokens(model):
     positions (logits made for every token asking) or a model not built by
     keras_vit.
     """
-    blocks = [layer for layer in model.layers if isinstance(layer, EncoderBlock)]
-    if not blocks or blocks[-1].relative_position or blocks[-1].output_tokens is not None:
+    last = _last_block(model)
+    if last is None or last.relative_position or last.output_tokens is not None:
         return None
-    readers = _consumers(model, blocks[-1])
+    readers = _consumers(model, last)
     if len(readers) == 1 and isinstance(readers[0], keras.layers.LayerNormalization):  # encoder_norm, per token
         readers = _consumers(model, readers[0])
     if not readers or not all(isinstance(layer, SequencePooling) and layer.mode in _TOKENS_READ for layer in readers):
@@ -62,7 +62,7 @@ def trim_last_block(model, check=True):
     (None, 1, 32)
     """
     tokens = head_tokens(model)
-    last = tokens and [layer for layer in model.layers if isinstance(layer, EncoderBlock)][-1]
+    last = _last_block(model)
     if tokens is None or last.compute_dtype != "float32":
         return model
 
@@ -93,6 +93,11 @@ def _check_same_outputs(model, copy, tolerance=1e-5):
         if not difference <= tolerance * max(1.0, float(np.max(np.abs(want)))):
             raise RuntimeError(f"the trimmed copy of {model.name!r} differs from it by {difference:.3g} "
                                f"(at most {tolerance:g} of the outputs' scale expected): please report this model")
+
+
+def _last_block(model):
+    """The model's last `EncoderBlock` layer; None without one (a scanned encoder, a foreign model)."""
+    return next((layer for layer in reversed(model.layers) if isinstance(layer, EncoderBlock)), None)
 
 
 def _consumers(model, layer):
