@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from keras_vit import image_formats
 from keras_vit.preprocessing import preprocess_input, resize_pixels
-from trainers import image_ends, image_scan
+from trainers import folders, image_ends, image_scan
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -47,6 +47,10 @@ class Source:
     # Where its examples are stored, as (file or folder, first, end) record
     # ranges: what tells two splits that share examples.
     records: tuple = ()
+    # A folder's images as listed (`folders.Files`, skipped ones included: its hold-out is decided on them),
+    # and {path: reason} of those left out.
+    files: object = None
+    bad: dict = dataclasses.field(default_factory=dict)
 
 
 def check_disjoint(dataset, train_split, train, eval_split, evaluation):
@@ -90,12 +94,17 @@ def load(name, split, data_dir=None, num_classes=0, skip_bad_images=False):
     if num_classes and num_classes != source.num_classes:
         raise ValueError(f"`num_classes` must match the {source.num_classes} classes dataset={name!r} declares "
                          f"(or be 0 to read them); received num_classes={num_classes}")
-    named = check_labels(source.named, source.num_classes)
+    return _with_streams(dataclasses.replace(source, named=check_labels(source.named, source.num_classes)),
+                         skip_bad_images)
+
+
+def _with_streams(source, skip_bad_images):
+    """`source` with its decoded and encoded streams, both from its named one: the same examples in one order."""
+    named = source.named
     decoded = _decoded(named, source.channels, skip_bad_images)
     if not skip_bad_images:  # known, Keras reads no more than it (else it warns "ran out of data")
         decoded = decoded.apply(tf.data.experimental.assert_cardinality(source.num_examples))
-    return dataclasses.replace(source, dataset=decoded,
-                               encoded=named.map(lambda data, label, _: (data, label)), named=named,
+    return dataclasses.replace(source, dataset=decoded, encoded=named.map(lambda data, label, _: (data, label)),
                                skip_bad_images=skip_bad_images)
 
 
@@ -166,30 +175,38 @@ def _load_tfds(name, split, data_dir):
 
 
 def _load_folder(root, split, skip_bad_images):
-    import tensorflow_datasets as tfds
-
-    if not os.path.isdir(root):
-        raise ValueError(f"dataset='folder:{root}': no such directory (expected {root}/SPLIT/LABEL/*.jpg)")
-    builder = tfds.folder_dataset.ImageFolder(root)
-    _check_layout(root, split, builder)
-    _check_split(split, builder.info.splits, f"folder:{root}", slices=False)  # a split is a subfolder
-    bad = image_scan.scan(root, split)
-    # Cut files pass the header scan; their ends find them (`image_ends`).
-    bad.update((path, reason) for path in image_scan.image_paths(root, split) if path not in bad
-               for reason in [image_ends.file_problem(path)] if reason)
+    problem = folders.layout_problem(root)
+    if problem:
+        raise ValueError(problem)
+    files = folders.list_split(root, split)
+    if len(files.classes) < 2:
+        raise ValueError(f"dataset='folder:{root}' has one class ({files.classes[0]!r} in {root}/{split}): a "
+                         f"classifier needs at least 2 (top-1 would be 1.0 whatever it learns); expected "
+                         f"{folders.layout(root)}")
+    if not files.paths:
+        raise ValueError(f"dataset='folder:{root}' split {split!r} holds no images; expected {folders.layout(root)}")
+    bad = _folder_problems(files.paths)
     if bad and not skip_bad_images:
         raise ValueError(_bad_images_message(bad, f"of split {split!r} of folder:{root}"))
-    num_examples = builder.info.splits[split].num_examples
-    num_classes = builder.info.features["label"].num_classes
-    # The raw bytes and file names, so bad files leave before any decoding.
-    ds = builder.as_dataset(split=split, shuffle_files=False, read_config=_read_config(),
-                            decoders={"image": tfds.decode.SkipDecoding()})
-    if bad:
-        bad_paths = tf.constant(sorted(bad))
-        ds = ds.filter(lambda ex: tf.logical_not(tf.reduce_any(tf.equal(ex["image/filename"], bad_paths))))
-    named = ds.map(lambda ex: (ex["image"], ex["label"], ex["image/filename"]))
-    return Source(None, num_examples - len(bad), num_classes, 3, skipped=len(bad), named=named,
-                  records=((os.path.realpath(os.path.join(root, split)), 0, math.inf),))
+    return _folder_source(files, bad)
+
+
+def _folder_problems(paths):
+    """`{path: reason}` for the images that cannot be decoded: by header, by their ends, then by a decode."""
+    bad = {path: reason for path in paths for reason in [image_scan.problem(path)] if reason}
+    # Cut files pass the header scan; their ends find them (`image_ends`).
+    bad.update((path, reason) for path in paths if path not in bad
+               for reason in [image_ends.file_problem(path)] if reason)
+    return dict(sorted(bad.items()))
+
+
+def _folder_source(files, bad):
+    """A Source of `files` less the `bad` ones, read in their listed order; `files` and `bad` are kept in it."""
+    kept = files.keep(lambda path: path not in bad)
+    named = tf.data.Dataset.from_tensor_slices((list(kept.paths), tf.constant(kept.labels, tf.int64))).map(
+        lambda path, label: (tf.io.read_file(path), label, path), num_parallel_calls=AUTOTUNE, deterministic=True)
+    return Source(None, len(kept), len(files.classes), 3, skipped=len(files) - len(kept), named=named,
+                  records=files.ranges, files=files, bad=bad)
 
 
 def _bad_images_message(bad, where):
@@ -197,24 +214,6 @@ def _bad_images_message(bad, where):
     more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
     return (f"{len(bad)} of the images {where} cannot be decoded:\n{listed}{more}\n"
             "Fix or remove them, or pass --skip_bad_images to train without them.")
-
-
-def _check_layout(root, split, builder):
-    """Refuses a split with no images in label folders, or one class: top-1 would be 1.0 whatever the model."""
-    layout = f"{root}/{split}/LABEL/IMAGE (.jpg, .jpeg or .png), one LABEL folder per class"
-    split_dir = os.path.join(root, split)
-    if not os.path.isdir(split_dir):
-        return  # `_check_split` lists the splits there are
-    labels = sorted(name for name in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, name)))
-    if split not in builder.info.splits or not builder.info.splits[split].num_examples:
-        loose = [name for name in os.listdir(split_dir) if name.lower().endswith(image_scan.EXTENSIONS)]
-        found = (f"{len(loose)} images directly in {root}/{split}" if loose
-                 else f"label folders {labels[:5]} without images" if labels else f"an empty {root}/{split}")
-        raise ValueError(f"dataset='folder:{root}' split {split!r} holds no images where they are expected: "
-                         f"expected {layout}; found {found}")
-    if builder.info.features["label"].num_classes < 2:
-        raise ValueError(f"dataset='folder:{root}' has one class ({labels[0]!r} in {root}/{split}): a classifier "
-                         f"needs at least 2 (top-1 would be 1.0 whatever it learns); expected {layout}")
 
 
 def _load_tfrecord(name, pattern, split, num_classes, skip_bad_images=False):
@@ -518,26 +517,35 @@ def eval_dataset(recipe, source, global_batch):
 
 
 def hold_out(source, fraction, seed):
-    """`(train, validation)`: `source` with round(fraction * examples) of its examples held out, drawn by `seed`.
+    """`(train, validation)`: `source` with a `fraction` of its examples held out, drawn by `seed`.
 
-    The draw is a numpy permutation of the example indices, so a run, its resumption and another machine
-    hold out the same examples; every stream of `source` (decoded, encoded, named) keeps its order. The two
-    parts share no example, so they carry no record ranges (`check_disjoint` compares splits).
+    A folder holds out by file name, a share of each class (`folders.hold_out`): the files skipped as
+    undecodable leave either part without moving another file across. Other sources hold out
+    round(fraction * examples) by a numpy permutation of the example indices. Either way a run, its
+    resumption and another machine hold out the same examples, and each part's decoded and encoded streams
+    are taken from its own part of the named stream, so they hold the same examples. The two parts share no
+    example, so they carry no record ranges (`check_disjoint` compares splits).
     """
+    if source.files is not None:
+        return tuple(dataclasses.replace(_with_streams(_folder_source(part, source.bad), source.skip_bad_images),
+                                         records=())
+                     for part in folders.hold_out(source.files, fraction, seed))
     count = source.num_examples
     held = int(round(fraction * count))
     mask = np.zeros(count, bool)
     mask[np.random.default_rng(seed).permutation(count)[:held]] = True
     table = tf.constant(mask)
 
-    def part(keep):
-        def pick(stream):
-            if stream is None:
-                return None
-            return stream.enumerate().filter(lambda i, _: tf.equal(tf.gather(table, i), keep)).map(lambda _, x: x)
+    def pick(stream, keep):
+        return stream.enumerate().filter(lambda i, _: tf.equal(tf.gather(table, i), keep)).map(lambda _, x: x)
 
-        return dataclasses.replace(source, dataset=pick(source.dataset), encoded=pick(source.encoded),
-                                   named=pick(source.named), num_examples=held if keep else count - held,
-                                   records=(), skipped=0 if keep else source.skipped)
+    def part(keep):
+        size = held if keep else count - held
+        if source.named is None:  # a stream without names: the decoded one alone
+            return dataclasses.replace(source, dataset=pick(source.dataset, keep), num_examples=size, records=())
+        named = pick(source.named, keep)
+        return dataclasses.replace(_with_streams(dataclasses.replace(source, named=named, num_examples=size),
+                                                 source.skip_bad_images), records=(),
+                                   skipped=0 if keep else source.skipped)
 
     return part(False), part(True)

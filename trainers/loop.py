@@ -16,6 +16,7 @@ import math
 import os
 import pathlib
 import time
+import warnings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -130,29 +131,59 @@ def _atomic_save_keras(model, path):
     os.replace(tmp, path)
 
 
+# metrics.json's "eval_split" when the dataset has no test split.
+VALIDATION_REPORTED = "validation (held out of the training split; no test split)"
+
+
 class InvalidRun(ValueError):
     """A flag, field or datum that stops the run before its first step (nothing written)."""
 
 
 def _load_sources(recipe, data_dir, skip_bad_images):
     train_source = data.load(recipe.dataset, recipe.train_split, data_dir, recipe.num_classes, skip_bad_images)
-    eval_source = data.load(recipe.dataset, recipe.eval_split, data_dir, recipe.num_classes, skip_bad_images)
-    data.check_disjoint(recipe.dataset, recipe.train_split, train_source, recipe.eval_split, eval_source)
+    eval_source = None  # no test split: the validation split held out of training is reported
+    if recipe.eval_split:
+        eval_source = data.load(recipe.dataset, recipe.eval_split, data_dir, recipe.num_classes, skip_bad_images)
+        data.check_disjoint(recipe.dataset, recipe.train_split, train_source, recipe.eval_split, eval_source)
     for split, source in ((recipe.train_split, train_source), (recipe.eval_split, eval_source)):
-        if source.skipped:
-            logging.warning("Skipped %d undecodable images of split %r (--skip_bad_images)", source.skipped, split)
+        if source and source.skipped:
+            logging.warning("%s", _skipped_message(source, split))
+    if train_source.files is not None:  # a class with no image to learn from: never predicted, and no word of it
+        empty = [name for name, count in _kept_counts(train_source).items() if not count]
+        if empty:
+            raise ValueError(f"The training split {recipe.train_split!r} of {recipe.dataset!r} has no image of "
+                             f"class(es) {empty}{' once the undecodable ones are skipped' if train_source.bad else ''}"
+                             f": the model would never learn them. Add images of them to the training split, or "
+                             f"remove their folders")
     rgb_only = {name: getattr(recipe, name) for name in recipes.RGB_ONLY if getattr(recipe, name)}
     if rgb_only and train_source.channels != 3:
         raise ValueError(f"Model Garden's RandAugment, random erasing and Mixup/CutMix take RGB images; "
                          f"{recipe.dataset!r} has {train_source.channels} channel(s). Set these to 0: "
                          + ", ".join(f"--{name}={value}" for name, value in rgb_only.items()))
-    if not eval_source.num_examples:  # else the run would train to its end, then fail to evaluate
+    if eval_source and not eval_source.num_examples:  # else the run would train to its end, then fail to evaluate
         raise ValueError(f"The evaluation split {recipe.eval_split!r} of {recipe.dataset!r} holds no examples; "
                          "point --eval_split at one that does")
     if train_source.num_examples < recipe.batch_size:
         raise ValueError(f"`batch_size` must be <= the {train_source.num_examples} training examples of "
                          f"{recipe.dataset!r} split {recipe.train_split!r}; received batch_size={recipe.batch_size}")
     return train_source, eval_source
+
+
+def _kept_counts(source):
+    """A folder source's images per class, less the skipped ones."""
+    return source.files.keep(lambda path: path not in source.bad).counts()
+
+
+def _skipped_message(source, split):
+    """How many images of `split` --skip_bad_images leaves out; for a folder, the first 20 by name and class."""
+    message = f"Skipped {source.skipped} undecodable images of split {split!r} (--skip_bad_images)"
+    if not source.bad:
+        return message
+    classes = dict(zip(source.files.paths, (source.files.classes[label] for label in source.files.labels),
+                       strict=True))
+    listed = "".join(f"\n  {path} (class {classes[path]}): {reason}" for path, reason in list(source.bad.items())[:20])
+    more = f"\n  ... and {len(source.bad) - 20} more" if len(source.bad) > 20 else ""
+    return f"{message}:{listed}{more}"
 
 
 def validate_run(recipe, model_dir, strategy, data_dir, skip_bad_images, eval_every):
@@ -232,10 +263,12 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     validated = validate(step) if best else None
     if best:
         progress.message(best.consider(step, validated))
-    results = Evaluation(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), model_dir / "logs" / "test",
-                         is_chief)(step)
-    metrics = {"step": step, "eval_split": recipe.eval_split, "eval_loss": results["loss"],
-               "eval_top1": results["top1"], "eval_top5": results["top5"], "eval_examples": eval_source.num_examples,
+    # With no test split the final report is the validation split's, said so in "eval_split".
+    results = validated if eval_source is None else Evaluation(
+        model, data.eval_dataset(recipe, eval_source, recipe.batch_size), model_dir / "logs" / "test", is_chief)(step)
+    reported = eval_source or validation_source
+    metrics = {"step": step, "eval_split": recipe.eval_split or VALIDATION_REPORTED, "eval_loss": results["loss"],
+               "eval_top1": results["top1"], "eval_top5": results["top5"], "eval_examples": reported.num_examples,
                "validation_examples": validation_source.num_examples if best else 0,
                "validation_top1": validated["top1"] if best else None,
                "best_step": best.record["step"] if best else None,
@@ -278,7 +311,7 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
         )
         optimizer.build(model.trainable_variables)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        fit_multi_worker(model, data.eval_dataset(recipe, eval_source, recipe.batch_size), strategy)
+        fit_multi_worker(model, data.eval_dataset(recipe, eval_source or train_source, recipe.batch_size), strategy)
     return model, optimizer
 
 
@@ -346,9 +379,12 @@ def _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks
     while step < recipe.train_steps:
         stop = next_stop(step, recipe, eval_every)
         stream = data.train_dataset(recipe, train_source, recipe.batch_size, step, stop - step)
-        # One Keras "epoch" per chunk, numbered by its first step, so TensorBoard's x axis is the step.
-        model.fit(stream, steps_per_epoch=stop - step, initial_epoch=step, epochs=step + 1,
-                  callbacks=callbacks, verbose=0, shuffle=False)
+        with warnings.catch_warnings():
+            if train_source.skip_bad_images:  # its stream's length is unknown, so Keras' last block may end short
+                warnings.filterwarnings("ignore", message="Your input ran out of data", category=UserWarning)
+            # One Keras "epoch" per chunk, numbered by its first step, so TensorBoard's x axis is the step.
+            model.fit(stream, steps_per_epoch=stop - step, initial_epoch=step, epochs=step + 1,
+                      callbacks=callbacks, verbose=0, shuffle=False)
         step = current_step(optimizer)
         yield step
 

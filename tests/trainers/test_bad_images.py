@@ -107,8 +107,9 @@ def test_a_folder_of_one_class_is_refused_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize("layout, found", [
-    ("train/0.jpg", r"found 1 images directly in .*/train"),
-    ("train/cat/", r"found label folders \['cat'\] without images"),
+    ("train/0.jpg", r"found 1 images directly in .*/train, in no LABEL folder: put each class's images in its own "
+                    r"folder, .*/train/LABEL/"),
+    ("train/cat/", r"found label folders \['train/cat'\] without images"),
 ])
 def test_a_folder_in_another_layout_says_which_is_expected(tmp_path, layout, found):
     (tmp_path / layout).parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def test_a_folder_in_another_layout_says_which_is_expected(tmp_path, layout, fou
         (tmp_path / layout).write_bytes(_jpeg(0))
     else:
         (tmp_path / layout).mkdir(exist_ok=True)
-    with pytest.raises(ValueError, match=r"holds no images where they are expected: expected .*/train/LABEL/IMAGE "
+    with pytest.raises(ValueError, match=r"holds no images where they are expected: expected .*/SPLIT/LABEL/IMAGE "
                                          r"\(.jpg, .jpeg or .png\), one LABEL folder per class; " + found):
         data.load(f"folder:{tmp_path}", "train")
 
