@@ -74,7 +74,8 @@ class Recipe:
     dataset: str = _field("keras_vit_digits", "'keras_vit_digits' (embedded), 'tfds:NAME', 'folder:PATH' or "
                           "'tfrecord:GLOB' (with {split} in the glob).")
     train_split: str = _field("train", "Split to train on.")
-    eval_split: str = _field("test", "Split to report: evaluated once, by the final model.")
+    eval_split: str = _field("test", "Split to report: evaluated once, by the final model; '' (a dataset without "
+                             "a test split) reports the validation split held out of training instead.")
     validation_fraction: float = _field(
         0.01, "Fraction of train_split held out (seeded by `seed`) for the evaluations during the run and the "
         "choice of best/; 0 holds none out, and then the run evaluates only at the end (big_vision's minival "
@@ -280,9 +281,12 @@ def _check_dataset(recipe):
     kind, sep, rest = recipe.dataset.partition(":")
     if recipe.dataset != "keras_vit_digits" and not (sep and rest and kind in ("tfds", "folder", "tfrecord")):
         raise ValueError(f"`dataset` must be one of {DATASET_KINDS}; received dataset={recipe.dataset!r}")
-    for name in ("train_split", "eval_split"):
-        if not getattr(recipe, name):
-            raise ValueError(f"`{name}` must name a split; received {name}={getattr(recipe, name)!r}")
+    if not recipe.train_split:
+        raise ValueError(f"`train_split` must name a split; received train_split={recipe.train_split!r}")
+    if not recipe.eval_split and not recipe.validation_fraction:
+        raise ValueError("eval_split='' reports the validation split held out of training, and "
+                         "validation_fraction=0 holds none out: set --validation_fraction (e.g. 0.1) or name a test "
+                         "split with --eval_split")
     if kind == "tfrecord" and not recipe.num_classes:
         raise ValueError(f"TFRecords carry no class count: set `num_classes` >= 1 for dataset={recipe.dataset!r}; "
                          "received num_classes=0")
@@ -320,29 +324,50 @@ def _check_conventions(model, checkpoint, source):
                          "set these fields to the checkpoint's")
 
 
-def validate(recipe):
-    """Checks every field's type and domain; raises ValueError naming the field, what is allowed and what came.
+def problems(recipe):
+    """Every problem of `recipe`, one message each (empty when it is valid).
 
-    Cheap and pure: it runs before the trainer touches the data, the devices or the model directory.
+    Cheap and pure but for a `pretrained` checkpoint, whose file is read: it runs before the trainer touches the
+    data, the devices or the model directory.
     """
     if not isinstance(recipe.model, ViTConfig):
-        raise ValueError(f"`model` must be a keras_vit.ViTConfig; received {type(recipe.model).__name__}")
-    for name in FIELDS:
-        _check_type(name, getattr(recipe, name))
+        return [f"`model` must be a keras_vit.ViTConfig; received {type(recipe.model).__name__}"]
+    found = []
+
+    def check(function, *args):
+        try:
+            function(*args)
+        except ValueError as error:
+            found.append(str(error))
+            return False
+        return True
+
+    typed = [name for name in FIELDS if check(_check_type, name, getattr(recipe, name))]
     for name, choices in CHOICES.items():
         value = getattr(recipe, name)
-        if value not in choices:
-            raise ValueError(f"`{name}` must be one of {choices}; received {name}={value!r}")
+        if name in typed and value not in choices:
+            found.append(f"`{name}` must be one of {choices}; received {name}={value!r}")
     for name, bounds in RANGES.items():
-        _check_range(name, getattr(recipe, name), *bounds)
+        if name in typed:
+            check(_check_range, name, getattr(recipe, name), *bounds)
+    if len(typed) < len(FIELDS):  # the checks below read fields of every type
+        return found
     if recipe.randaugment_magnitude_std:  # with or without RandAugment on
-        raise ValueError(
+        found.append(
             "randaugment_magnitude_std > 0 is not supported: Model Garden 2.20's RandAugment then compares "
             "int32 levels with uint8 pixels in Posterize and Solarize (TypeError); "
             f"received randaugment_magnitude_std={recipe.randaugment_magnitude_std}")
-    _check_dataset(recipe)
-    _check_pretrained(recipe)
-    _check_task(recipe)
+    check(_check_dataset, recipe)
+    check(_check_pretrained, recipe)
+    check(_check_task, recipe)
+    return found
+
+
+def validate(recipe):
+    """Checks every field's type and domain; raises ValueError naming each field, what is allowed and what came."""
+    found = problems(recipe)
+    if found:
+        raise ValueError("\n".join(found))
     return recipe
 
 

@@ -1,26 +1,35 @@
 """Trains a ViT: `python -m trainers.train --recipe=NAME --model_dir=DIR [--FIELD=VALUE ...]`.
 
-With no recipe it trains the embedded default (`digits`). Every field of
-`trainers.recipes.Recipe` and of the model's `keras_vit.ViTConfig` is a flag
-with the field's own help (`--helpfull`); an unset one keeps the recipe's
-value. Every flag is parsed and checked before TensorFlow is imported: a bad
-one is refused at once, in one line, with nothing written. The run itself is
+With no recipe it trains the embedded default (`digits`); with
+`--pretrained=CHECKPOINT` it fine-tunes the checkpoint's own model
+(`vit_finetune`, `trainers.plan`). Every field of `trainers.recipes.Recipe`
+and of the model's `keras_vit.ViTConfig` is a flag with the field's own help
+(`--helpfull`); an unset one keeps the recipe's value, or is fitted to the
+data and said. Every flag, and a folder's layout and splits, are checked
+before TensorFlow is imported: every problem is named at once, one line each,
+with nothing written. The run itself is
 `trainers.loop.train`: it resumes from `model_dir/checkpoints`, evaluates
 every `--eval_every` steps, and writes `model_dir/model.keras`, `model.npz`
 (official format) and `metrics.json`.
 """
 
+import os
 import pathlib
 import sys
 
-from absl import app, flags, logging
+# TensorFlow's C++ INFO lines (CUDA stubs, oneDNN, CPU features) say nothing about the run; errors still show.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from keras_vit import config as vit_config
-from keras_vit.backends import tensorflow_backend_problem
-from trainers import recipes
-from trainers.strategy import STRATEGIES
+from absl import app, flags, logging  # noqa: E402
 
-_RECIPE = flags.DEFINE_enum("recipe", "digits", list(recipes.RECIPES), "Named recipe to start from.")
+from keras_vit import config as vit_config  # noqa: E402
+from keras_vit.backends import tensorflow_backend_problem  # noqa: E402
+from trainers import plan, recipes  # noqa: E402
+from trainers.strategy import STRATEGIES  # noqa: E402
+
+_RECIPE = flags.DEFINE_enum("recipe", plan.DEFAULT_RECIPE, list(recipes.RECIPES),
+                            f"Named recipe to start from (default: {plan.DEFAULT_RECIPE}, or "
+                            f"{plan.FINE_TUNING_RECIPE} when --pretrained is set).")
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Where checkpoints, logs and the final model go.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory (default ~/tensorflow_datasets).")
 _STRATEGY = flags.DEFINE_enum("strategy", "auto", list(STRATEGIES), "tf.distribute strategy.")
@@ -33,17 +42,13 @@ _EVAL_EVERY = flags.DEFINE_integer(
 _DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Enable TF op determinism (reproducible on CPU).")
 
 
-# The model's fields a run sets (its classes and channels are the dataset's).
-MODEL_FIELDS = {name: field for name, field in vit_config.FIELDS.items() if name not in vit_config.DATA_FIELDS}
-
-
 def _define_field_flags():
     """One flag per recipe field and per model (ViTConfig) field, named as the field, with the field's help.
 
     Unset flags keep the recipe's value. Pairs and per-channel fields are comma-separated (`--image_size=32,48`);
     `--representation_size=0` is none.
     """
-    for name, field in {**recipes.FIELDS, **MODEL_FIELDS}.items():
+    for name, field in {**recipes.FIELDS, **plan.MODEL_FIELDS}.items():
         kind = {"bool": bool, "int": int, "float": float, "tuple": tuple}.get(field.type, field.type)
         define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
                   tuple: flags.DEFINE_list}.get(kind, flags.DEFINE_string)
@@ -57,7 +62,7 @@ _define_field_flags()
 
 def field_overrides():
     """The recipe and model fields set on the command line, as values of their fields' types."""
-    names = [*recipes.FIELDS, "variant", *MODEL_FIELDS]
+    names = [*recipes.FIELDS, "variant", *plan.MODEL_FIELDS]
     overrides = {name: flags.FLAGS[name].value for name in names if flags.FLAGS[name].value is not None}
     for name, value in overrides.items():
         if isinstance(value, list):  # a comma-separated pair or per-channel values
@@ -74,47 +79,62 @@ def field_overrides():
 
 
 def resolve_recipe(name, overrides):
-    """The named recipe with `overrides` applied and validated."""
-    known = {*recipes.FIELDS, "variant", *MODEL_FIELDS}
-    unknown = set(overrides) - known
-    if unknown:
-        raise ValueError(f"Unknown recipe fields {sorted(unknown)}; known: {sorted(known)}")
-    recipe = recipes.validate(recipes.RECIPES[name].replace(**overrides))
-    inert = recipes.inert_fields(recipe)
-    given = sorted(set(overrides) & set(inert))
-    if given:
-        raise ValueError("; ".join(f"--{field}={overrides[field]!r} would change nothing with {inert[field]}"
-                                   for field in given) + ". Drop it, or set what it needs")
-    return recipe
+    """The named recipe with `overrides` applied and validated (`trainers.plan.plan`, without a model_dir)."""
+    return plan.plan(name, overrides).recipe
 
 
 def check_flags(argv):
-    """Every flag, alone and against the others and model_dir; returns the recipe. Imports no TensorFlow.
+    """Every flag, alone and against the others, the data and model_dir; returns the `trainers.plan.Plan`.
 
-    Raises ValueError naming the flag, the value and what is allowed.
+    Imports no TensorFlow. Raises ValueError naming every flag, value and file at fault, one line each.
     """
+    problems = []
     if len(argv) > 1:
-        raise ValueError(f"Unexpected arguments: {argv[1:]}")
+        problems.append(f"Unexpected arguments: {argv[1:]}")
     if not _MODEL_DIR.value:
-        raise ValueError("--model_dir is required (where checkpoints and the final model go)")
-    recipe = resolve_recipe(_RECIPE.value, field_overrides())
+        problems.append("--model_dir is required (where checkpoints and the final model go)")
+    try:
+        overrides = field_overrides()
+    except ValueError as error:
+        problems.append(str(error))
+        overrides = {}
     if _EVAL_EVERY.value is not None:
-        recipes.check_eval_every(_EVAL_EVERY.value, recipe)
-    recipes.check_model_dir(_MODEL_DIR.value, recipe)
-    return recipe
+        try:
+            recipes.check_eval_every(_EVAL_EVERY.value)
+        except ValueError as error:
+            problems.append(str(error))
+    name = plan.recipe_name(_RECIPE.value if flags.FLAGS["recipe"].present else None, overrides)
+    try:
+        run = plan.plan(name, overrides, _MODEL_DIR.value or None, _EVAL_EVERY.value)
+    except plan.Problems as error:
+        problems.extend(error.problems)
+    if problems:
+        raise plan.Problems(problems)
+    return run
 
 
 def refuse(reason):
-    """Prints why the command cannot run, in one line (not absl's page of flags); returns the exit status."""
-    print(f"trainers.train: {reason}\nSee --helpfull for every flag and its help.", file=sys.stderr)
+    """Prints why the command cannot run, one line per problem (not absl's page of flags); returns the exit status."""
+    problems = getattr(reason, "problems", None) or [str(reason)]
+    if len(problems) == 1:
+        print(f"trainers.train: {problems[0]}", file=sys.stderr)
+    else:
+        listed = "".join(f"\n  - {problem}" for problem in problems)
+        print(f"trainers.train: {len(problems)} problems, nothing done:{listed}", file=sys.stderr)
+    print("See --helpfull for every flag and its help.", file=sys.stderr)
     return 1
 
 
 def main(argv):
+    if not flags.FLAGS["verbosity"].present:  # reading a checkpoint's configuration logs at INFO
+        logging.set_verbosity(logging.WARNING)
     try:
-        recipe = check_flags(argv)
+        run = check_flags(argv)
     except ValueError as error:
         return refuse(error)
+    recipe = run.recipe
+    for note in run.notes:
+        print(f"trainers.train: {note}")
     # Every flag has passed: TensorFlow starts here.
     problem = tensorflow_backend_problem("trainers.train")
     if problem:
@@ -132,7 +152,7 @@ def main(argv):
         strategy, kind = make_strategy(_STRATEGY.value, _TPU.value)
     except (ValueError, RuntimeError) as error:  # a device asked for and missing, a malformed TF_CONFIG
         return refuse(error)
-    logging.info("Recipe %s on %s (%d replicas):\n%s", _RECIPE.value, kind,
+    logging.info("Recipe %s on %s (%d replicas):\n%s", run.name, kind,
                  strategy.num_replicas_in_sync, recipe.to_json())
     try:
         _, metrics = loop.train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value, _SKIP_BAD_IMAGES.value,
@@ -147,7 +167,8 @@ def main(argv):
         print(f"validation top-1 {metrics['validation_top1']:.4f} ({metrics['validation_examples']} examples held "
               f"out of the training split); best {metrics['best_top1']:.4f} at step "
               f"{metrics['best_step']}, kept in best/")
-    print(f"test top-1 {metrics['eval_top1']:.4f}  top-5 {metrics['eval_top5']:.4f}  "
+    tested = "test" if recipe.eval_split else "validation (no test split)"
+    print(f"{tested} top-1 {metrics['eval_top1']:.4f}  top-5 {metrics['eval_top5']:.4f}  "
           f"loss {metrics['eval_loss']:.4f}  ({metrics['eval_examples']} examples, step {metrics['step']}, "
           "the final model)")
     print(f"final model: {model_dir / 'model.keras'}\nofficial-format weights: {model_dir / 'model.npz'}")
