@@ -153,6 +153,8 @@ def main(argv):
             _openvino(model, labels, image_files)
     except tflite.ToleranceError as error:  # the flags were right; the converted model is not
         raise SystemExit(str(error)) from error
+    except keras_vit.checkpoints.WeightsUnavailable as error:  # offline: its three lines say what to do, no usage hint
+        raise SystemExit(f"export: {error}") from None
     except ValueError as error:  # what the model or the flags cannot do, named by the check that found it
         raise app.UsageError(str(error)) from error
     return 0

@@ -6,16 +6,18 @@ fixture; each command runs in a process of its own, since huggingface_hub
 reads its environment when imported.
 """
 
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
 from keras_vit.checkpoints import hub
 from keras_vit.checkpoints.resolve import weights_kind
-from tests.processes import run_together
+from tests.processes import run_together, unreachable_network
 
 pytest.importorskip("huggingface_hub")
 
@@ -68,11 +70,13 @@ def test_a_cached_hub_id_loads_offline_and_an_uncached_one_says_what_to_download
     assert cached.returncode == 0, cached.stderr[-2000:]
     assert float(cached.stdout.split("max-diff")[1]) < 1e-4
     assert missing.returncode != 0
-    assert "'testorg/not-cached' looks like a Hugging Face hub id, but it is not in the Hugging Face cache" \
-        in missing.stderr
-    assert "Download config.json, model.safetensors" in missing.stderr
-    assert "https://huggingface.co/testorg/not-cached/tree/main" in missing.stderr
-    assert "./testorg--not-cached/" in missing.stderr
+    message = missing.stderr[missing.stderr.index("WeightsUnavailable: ") + len("WeightsUnavailable: "):].strip()
+    assert len(message.splitlines()) <= 3 and "direct cause" not in missing.stderr, missing.stderr[-3000:]
+    assert message.startswith("Could not download the Hugging Face hub id 'testorg/not-cached' from "
+                              "https://huggingface.co/testorg/not-cached (HF_HUB_OFFLINE is set; it is not in the "
+                              "Hugging Face cache, and no local file or folder has that name)"), message
+    assert f"`hf download testorg/not-cached` fills into {tmp_path / 'cache'}, where keras_vit looks first" in message
+    assert "`hf download testorg/not-cached --local-dir PATH`" in message and "weights=PATH" in message
     assert validated.returncode == 0 and "validated testorg/tiny-vit" in validated.stdout, validated.stderr[-2000:]
 
 
@@ -85,5 +89,45 @@ def test_without_huggingface_hub_the_error_says_what_to_download(tmp_path):
     code = "from keras_vit.checkpoints import hub; hub.snapshot('google/vit-base-patch16-224')"
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode != 0
-    assert "needs huggingface_hub (pip install keras_vit[hub])" in result.stderr
+    assert "needs huggingface_hub (pip install 'keras-vision-transformer[hub]' (in a checkout: pip install -e " \
+           "'.[hub]'))" in result.stderr
     assert "https://huggingface.co/google/vit-base-patch16-224/tree/main" in result.stderr
+
+
+class _NoSuchRepo(http.server.BaseHTTPRequestHandler):
+    """The hub's answer to a repository it does not have (`X-Error-Code: RepoNotFound`), to every request."""
+
+    def do_GET(self):  # http.server calls it by this name
+        self.send_response(404)
+        self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_missing_folder_taken_for_a_hub_id_is_said_to_be_missing(tmp_path):
+    # `hf/deit_tiny_patch16_224` is the folder docs/checkpoints.md downloads into; here it was never made, so it
+    # reads as a hub id: a hub that has no such repository, then no network at all.
+    hub_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoSuchRepo)
+    threading.Thread(target=hub_server.serve_forever, daemon=True).start()
+    code = "import keras_vit; keras_vit.ViT.from_checkpoint('hf/deit_tiny_patch16_224')"
+    base = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "cache"), "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    base.pop("HF_HUB_OFFLINE", None)
+    try:
+        unknown, offline = run_together(
+            [[sys.executable, "-c", code]] * 2, cwd=tmp_path, timeout=300,
+            envs=[{**base, "HF_ENDPOINT": f"http://127.0.0.1:{hub_server.server_address[1]}"},
+                  unreachable_network(base)])
+    finally:
+        hub_server.shutdown()
+        hub_server.server_close()
+    assert unknown.returncode != 0
+    assert "ValueError: no such file or directory: 'hf/deit_tiny_patch16_224', nor a Hugging Face hub repository" \
+        in unknown.stderr, unknown.stderr[-3000:]
+    assert offline.returncode != 0
+    assert "Connection refused; it is not in the Hugging Face cache, and no local file or folder has that name" \
+        in offline.stderr, offline.stderr[-3000:]

@@ -1,9 +1,13 @@
 import concurrent.futures
 import functools
 import http.server
+import json
 import logging
+import os
 import pathlib
 import socket
+import subprocess
+import sys
 import threading
 import urllib.parse
 
@@ -15,6 +19,7 @@ from keras_vit import checkpoints
 from keras_vit.checkpoints import pretrained
 from keras_vit.variants import decode_variant
 from tests.layer_checks import randomize_weights
+from tests.processes import unreachable_network
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 DOCS = pathlib.Path(__file__).parent.parent / "docs" / "PRETRAINED.md"
@@ -91,10 +96,53 @@ def test_offline_failure_says_what_to_download_and_where(tmp_path, monkeypatch):
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/vit_models/imagenet21k/ViT-B_16.npz"
     target = pretrained.cache_path(url)
-    with pytest.raises(OSError) as error:
+    with pytest.raises(checkpoints.WeightsUnavailable) as error:
         pretrained.fetch(url, timeout=5)
     assert url in str(error.value) and str(target) in str(error.value)
+    assert isinstance(error.value, OSError) and isinstance(error.value, ValueError)  # what callers caught before
+    assert error.value.__cause__ is None and error.value.__suppress_context__  # the reason is in the message
     assert not list(target.parent.glob("*"))  # no partial file left behind
+
+
+# Named weights offline, as a user and the trainer ask for them (the trainer resolves the name to its URL, which
+# `ViT(weights=)` fetches); last, the same call uncaught, for the traceback a user sees.
+OFFLINE = """
+import json, keras_vit
+from keras_vit import checkpoints
+
+def message(call):
+    try:
+        call()
+    except checkpoints.WeightsUnavailable as error:
+        return str(error), error.__cause__ is None and error.__suppress_context__
+
+url = checkpoints.resolve_weights("augreg_in21k", "Ti/16").location
+named = message(lambda: keras_vit.ViT_Ti16(weights="augreg_in21k"))
+trainer = message(lambda: keras_vit.ViT(keras_vit.decode_variant("Ti/16"), weights=url, classes=10))
+print(json.dumps(dict(url=url, cache=str(checkpoints.pretrained.cache_path(url)), messages=[named, trainer])))
+keras_vit.ViT_Ti16(weights="augreg_in21k")
+"""
+
+
+def test_named_weights_offline_say_in_three_lines_what_to_fetch_where_to_put_it_and_what_to_pass(tmp_path):
+    env = unreachable_network({**os.environ, "KERAS_HOME": str(tmp_path / "home"), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    result = subprocess.run([sys.executable, "-c", OFFLINE], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1, result.stderr[-2000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert found["url"].startswith(pretrained.BUCKET)  # the real URL, refused by the proxy as offline
+    for message, unchained in found["messages"]:
+        assert len(message.splitlines()) <= 3 and unchained, message
+        assert message.startswith(f"Could not download ViT-Ti/16:augreg_in21k from {found['url']} (") and \
+            "Connection refused" in message, message
+        assert f"put it at {found['cache']}, where keras_vit looks first" in message
+        assert all(way in message for way in ("weights=PATH", "--pretrained=PATH", "--model=PATH")), message
+    # Uncaught: the message under a traceback of keras_vit's own frames, no chain of urllib's.
+    assert "WeightsUnavailable: Could not download ViT-Ti/16:augreg_in21k" in result.stderr
+    assert "direct cause" not in result.stderr and "During handling" not in result.stderr, result.stderr
+    assert result.stderr.count("Traceback") == 1 and len(result.stderr.splitlines()) < 30, result.stderr
+    assert not (tmp_path / "home" / "vit_models" / "augreg").exists() or \
+        not list((tmp_path / "home" / "vit_models" / "augreg").iterdir())
 
 
 def test_a_download_cut_short_is_not_cached(tmp_path, monkeypatch):
@@ -143,7 +191,7 @@ def test_a_body_cut_short_without_a_length_is_an_offline_error(tmp_path, monkeyp
     thread = threading.Thread(target=answer_one_chunk, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/w.npz"
-    with listener, pytest.raises(OSError, match=r"Could not download .*IncompleteRead.*curl") as error:
+    with listener, pytest.raises(OSError, match=r"Could not download .*IncompleteRead") as error:
         pretrained.fetch(url, timeout=5)
     thread.join()
     assert str(pretrained.cache_path(url)) in str(error.value)

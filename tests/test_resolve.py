@@ -84,3 +84,41 @@ def test_a_folder_never_shadows_a_registered_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert weights_kind("imagenet21k") == "pretrained"
     assert weights_kind("./imagenet21k") == "directory"
+
+
+@pytest.mark.parametrize("text, path", [
+    ("./hf/deit_tiny_patch16_224", True), ("/data/w", True), ("~/w", True), ("a/b/c", True), ("ViT-B_16.npz", True),
+    ("run/model.weights.h5", True), ("m.keras", True), ("w.safetensors", True),
+    ("hf/deit_tiny_patch16_224", False), ("timm/vit_base_patch16_224.augreg2_in21k_ft_in1k", False),
+    ("imagenet21k", False), ("augreg_in21k_ft_in1k", False),
+])
+def test_what_can_only_be_a_path(text, path):
+    # A plain `org/name` may be a folder or a hub id (whose errors then say no such path exists); a hub id may hold
+    # dots, so only checkpoint suffixes make a path.
+    assert checkpoints.resolve.looks_like_path(text) == path
+
+
+def test_a_missing_path_is_said_to_be_missing_before_it_is_taken_for_a_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    cases = [
+        ("./hf/deit_tiny_patch16_224", lambda w: keras_vit.ViT.from_checkpoint(w), "relative to"),
+        ("./hf/deit_tiny_patch16_224", lambda w: keras_vit.ViT_Ti16(weights=w), "relative to"),  # not "no name"
+        ("a/b/c", lambda w: keras_vit.ViT(keras_vit.decode_variant("Ti/16"), weights=w), "relative to"),
+        ("a/b/c", lambda w: resolve_weights(w, "Ti/16"), "relative to"),
+        ("missing.npz", lambda w: keras_vit.config_from_checkpoint(w), "relative to"),  # was numpy's FileNotFoundError
+        (str(tmp_path / "w.safetensors"), lambda w: keras_vit.ViT.from_checkpoint(w), None),
+        ("m.weights.h5", lambda w: keras_vit.ViT(keras_vit.decode_variant("Ti/16"), weights=w), "relative to"),
+        ("~/w.npz", lambda w: keras_vit.ViT.from_checkpoint(w), "`~` is not expanded here"),
+    ]
+    for weights, call, where in cases:
+        with pytest.raises(ValueError) as error:
+            call(weights)
+        message = str(error.value)
+        assert message.startswith(f"no such file or directory: {weights!r}"), (weights, message)
+        assert where is None or where in message, message
+    # A folder that exists but holds no checkpoint is no missing path: what it lacks is named.
+    with pytest.raises(ValueError, match=r"./empty is not a Hugging Face timm model directory"):
+        keras_vit.ViT.from_checkpoint("./empty")
+    # Forms are unchanged: a missing file still resolves (the trainer says "no such file" in its own words).
+    assert resolve_weights("missing.npz").kind == "file"

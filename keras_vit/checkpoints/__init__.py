@@ -22,7 +22,8 @@ The modules:
 - `safetensors`: the safetensors file format, read with numpy alone;
 - `loading`: puts arrays under official keys into a model (resizing,
   heads, checks): the one loader of every format;
-- `pretrained`: the named released weights and their download;
+- `pretrained`: the named released weights and their download
+  (`WeightsUnavailable`: offline and not cached, in three lines);
 - `resolve`: `resolve_weights`; `files`: local and `gs://` bytes.
 
 Every format converts its files to the official keys, so `loading` serves
@@ -51,9 +52,10 @@ a fixture the format's own code wrote, and the logits it gives.
 import os
 import re
 
-from keras_vit.checkpoints import hf_transformers, official, pretrained, timm
+from keras_vit.checkpoints import hf_transformers, official, pretrained, resolve, timm
 from keras_vit.checkpoints.loading import load_arrays
 from keras_vit.checkpoints.official import CONFIG_KEY, describe, official_key, read_npz, save_npz
+from keras_vit.checkpoints.pretrained import WeightsUnavailable
 from keras_vit.checkpoints.resolve import FORMATS, Weights, checkpoint_format, resolve_weights, weights_kind
 
 
@@ -100,6 +102,8 @@ def load_weights(model, weights):
     """Loads `weights` into `model`: a checkpoint (file, URL, directory) or a Keras `*.weights.h5` file."""
     resolved = resolve_weights(weights)  # a name is refused: only a named builder knows its variant
     if resolved.kind == "keras_weights":
+        if resolve.missing(resolved.location, resolved.kind):  # before Keras' own h5py message
+            raise resolve.no_such_path(resolved.location)
         model.load_weights(resolved.location)
         return model
     return load_checkpoint(model, resolved.location)

@@ -112,6 +112,53 @@ def cache_path(url):
     return pathlib.Path(keras_home) / "vit_models" / relative
 
 
+class WeightsUnavailable(OSError, ValueError):
+    """Weights neither on this machine nor downloadable now (offline, a server down), said in three lines.
+
+    What could not be fetched and from where; where to put a copy downloaded
+    elsewhere so that keras_vit finds it next time; and how to pass a local
+    copy instead, in Python, to the trainer and to the exporter. Raised `from
+    None`: the network's own error is the reason in the first line, not a
+    chained traceback. An OSError, as a failed download was, and a
+    ValueError, as an uncached hub id was, so `except` clauses written for
+    either still catch it.
+
+    Args:
+        what: what the user named, e.g. "ViT-B/16:imagenet21k"; None for a bare URL.
+        url: where it was asked for.
+        reason: why that failed, one line (the exception, or what it wraps).
+        put: where a copy goes, completing "Download it where there is network access and ...".
+        local: what to pass instead, completing "or pass ... instead".
+    """
+
+    __module__ = "keras_vit.checkpoints"  # where users catch it, and what a traceback names
+
+    def __init__(self, what, url, reason, put, local="its local path"):
+        self.what, self.url, self.reason, self.put, self.local = what, url, reason, put, local
+        named = f"{what} from {url}" if what else url
+        super().__init__(
+            f"Could not download {named} ({reason}).\n"
+            f"Download it where there is network access and {put}, where keras_vit looks first,\n"
+            f"or pass {local} instead: weights=PATH in Python, --pretrained=PATH to the trainer, "
+            f"--model=PATH to the exporter.")
+
+    def __reduce__(self):  # pickled (by a worker process) with the fields its message is made of
+        return type(self), (self.what, self.url, self.reason, self.put, self.local)
+
+
+def one_line(error):
+    """Why `error` happened, in one short line: the innermost error it wraps (urllib's `reason`, a chained cause)."""
+    while True:
+        reason = getattr(error, "reason", None)
+        # Not `__context__`: http.client's IncompleteRead has a ValueError of its own parsing as context.
+        inner = error.__cause__ or (reason if isinstance(reason, BaseException) else None)
+        if inner is None:
+            break
+        error = inner
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def fetch(url, timeout=60):
     """Downloads `url` once into the Keras cache and returns the local path.
 
@@ -120,8 +167,9 @@ def fetch(url, timeout=60):
     taken for a checkpoint.
 
     Raises:
-        OSError: when the file is not cached and cannot be downloaded; the
-            message names the URL and where to put a copy fetched by hand.
+        WeightsUnavailable: when the file is not cached and cannot be
+            downloaded: the URL, the cache path to put a copy at, and how to
+            pass a local path instead.
     """
     target = cache_path(url)
     if target.exists():
@@ -135,11 +183,8 @@ def fetch(url, timeout=60):
             if announced is not None and out.tell() != int(announced):
                 raise OSError(f"the connection closed after {out.tell()} of {announced} bytes")
     except (OSError, http.client.HTTPException) as error:  # URLError, timeouts, disk errors; a chunked body cut short
-        raise OSError(
-            f"Could not download {url} ({error}). Download it where there is network access "
-            f"(e.g. `curl -L -o '{target.name}' '{url}'`, or `gsutil cp` from gs://vit_models/) "
-            f"and put it at {target}, or pass its local path as `weights=`."
-        ) from error
+        names = {entry.url: entry.name for entry in table().values()}
+        raise WeightsUnavailable(names.get(url), url, one_line(error), f"put it at {target}") from None
     logging.info("Downloaded %s to %s", url, target)
     return str(target)
 

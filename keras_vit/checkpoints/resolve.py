@@ -14,6 +14,11 @@ The kinds:
   from `huggingface_hub`'s cache or downloaded into it (`keras_vit.checkpoints.hub`);
 - `"pretrained"`: the name of released weights of a variant
   (`"augreg_in21k_ft_in1k"`), looked up in `keras_vit.checkpoints.pretrained`.
+
+A value that can only be a path (`looks_like_path`) and does not exist is
+refused as "no such file or directory" before it is taken for a name; a plain
+`org/name` may be a folder or a hub id, so the hub's errors for it say that no
+local path of that name exists either.
 """
 
 import dataclasses
@@ -28,6 +33,8 @@ from keras_vit.checkpoints import big_vision, files, hf_transformers, hub, offic
 FORMATS = (big_vision, official, hf_transformers, timm)
 KERAS_WEIGHTS_SUFFIX = ".weights.h5"
 KINDS = ("file", "url", "directory", "keras_weights", "hub", "pretrained")
+# Suffixes of files a `weights=` value names: a value ending in one is a path, never a name or a hub id.
+PATH_SUFFIXES = (".npz", ".safetensors", ".h5", ".keras")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +61,28 @@ def _text(weights):
         raise ValueError("`weights` must be a path, a URL or the name of pretrained weights (a non-empty str "
                          f"or path); received weights={weights!r}")
     return weights
+
+
+def looks_like_path(text):
+    """Whether `text` can only be a path: it starts with `.`, `/` or `~`, has more folders than a hub id's
+    `org/name`, or a checkpoint's suffix. A plain `org/name` may be a folder or a hub id; a bare word a name."""
+    text = str(text)
+    return (text.startswith((".", "/", "~", os.sep)) or text.count("/") > 1 or (os.sep != "/" and os.sep in text)
+            or text.endswith(PATH_SUFFIXES))
+
+
+def missing(text, kind):
+    """Whether `text`, of `kind`, is a local path that does not exist (a name or a hub id is no path)."""
+    path_like = kind in ("file", "directory", "keras_weights") or (kind == "pretrained" and looks_like_path(text))
+    return path_like and not files.has_scheme(text) and not os.path.lexists(text)
+
+
+def no_such_path(text):
+    """The error for a missing local path, saying where a relative one was looked for."""
+    where = "" if os.path.isabs(text) else f" (relative to {os.getcwd()})"
+    if text.startswith("~"):
+        where = " (`~` is not expanded here: write the full path)"
+    return ValueError(f"no such file or directory: {text!r}{where}")
 
 
 def weights_kind(weights):
@@ -87,7 +116,8 @@ def resolve_weights(weights, variant=None):
         A `Weights` (`kind`, `location`, and `entry`, the table entry of named weights).
 
     Raises:
-        ValueError: for a name without a variant, or a name the variant has no weights under (listing those it has).
+        ValueError: for a name without a variant, or a name the variant has no weights under (listing those it
+            has); for a value that can only be a path (`looks_like_path`) and does not exist.
 
     Example:
     >>> resolve_weights("ViT-B_16.npz").kind, resolve_weights("https://host/ViT-B_16.npz").kind
@@ -98,6 +128,8 @@ def resolve_weights(weights, variant=None):
     kind, text = weights_kind(weights), _text(weights)
     if kind != "pretrained":
         return Weights(kind, text)
+    if missing(text, kind):  # `./hf/deit` is a missing folder, not a name to look up
+        raise no_such_path(text)
     if variant is None:
         raise ValueError(
             "`weights` must be None, the path or URL of a checkpoint (official '.npz', timm / Hugging Face "
@@ -112,9 +144,13 @@ def checkpoint_format(path):
     """`(format module, local path)` of a checkpoint; an `https://` file is fetched once into the Keras cache.
 
     Raises:
-        ValueError: for a pretrained name or a Keras weights file, naming the formats a checkpoint may be.
+        ValueError: for a local path that does not exist; for a pretrained name or a Keras weights file, naming
+            the formats a checkpoint may be.
+        WeightsUnavailable: for a URL or hub id neither cached nor downloadable.
     """
     kind = weights_kind(path)
+    if kind != "keras_weights" and missing(_text(path), kind):  # said first: no format reads a missing path
+        raise no_such_path(_text(path))
     accepted = ", ".join(module.DESCRIPTION for module in FORMATS)
     if kind in ("pretrained", "keras_weights"):
         raise ValueError(f"A checkpoint must be {accepted}; received {_text(path)!r}")

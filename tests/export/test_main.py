@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import keras_vit
 from tests.layer_checks import randomize_weights
-from tests.processes import run_together
+from tests.processes import run_together, unreachable_network
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -120,6 +120,25 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
         # The reason in one line, then where the flags are listed: not absl's page of every flag.
         assert len(result.stderr.strip().splitlines()) <= 3 and "--helpfull" in result.stderr, result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["img.png", "latin1.txt", "m.keras", "poisoned", "taken"]
+
+
+def test_weights_out_of_reach_are_refused_in_three_lines_without_a_traceback(tmp_path):
+    # Offline (a proxy nobody listens on, the URLs real): a released file's URL and a hub id neither is cached.
+    bucket = keras_vit.checkpoints.pretrained.BUCKET + "imagenet21k/ViT-B_16.npz"
+    env = unreachable_network({**os.environ, "KERAS_HOME": str(tmp_path / "home"),
+                               "HF_HUB_CACHE": str(tmp_path / "hf"), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    named, hub = run_together([[sys.executable, "-m", "export", f"--model={model}", f"--output={tmp_path / 'out'}"]
+                               for model in (bucket, "testorg/not-cached")], cwd=ROOT, env=env, timeout=300)
+    for result, first, cache in (
+            (named, f"export: Could not download ViT-B/16:imagenet21k from {bucket} (",
+             f"put it at {tmp_path / 'home' / 'vit_models' / 'imagenet21k' / 'ViT-B_16.npz'}, where keras_vit"),
+            (hub, "export: Could not download the Hugging Face hub id 'testorg/not-cached' from "
+                  "https://huggingface.co/testorg/not-cached (", f"fills into {tmp_path / 'hf'}, where keras_vit")):
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert len(lines) <= 3 and lines[0].startswith(first) and cache in lines[1], result.stderr
+        assert "Connection refused" in lines[0] and "--model=PATH to the exporter" in lines[2], result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_missing_export_extra_is_one_line_naming_the_install(monkeypatch):
