@@ -1,6 +1,7 @@
 """`python -m keras_vit.explain --model=PATH --image=FILE [--output=DIR]`: a ViT's analyses as figures.
 
-Writes four PNG files (matplotlib, `pip install keras-vision-transformer[viz]`):
+Writes four PNG files (matplotlib: `pip install 'keras-vision-transformer[viz]'`, in a checkout
+`pip install -e '.[viz]'`):
 - `rollout.png`: the image, its attention rollout overlaid (Abnar & Zuidema
   2020; the paper's Figure 6) and the top-5 classes;
 - `attention_distance.png`: the mean attention distance of every head of

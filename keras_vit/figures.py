@@ -19,7 +19,8 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError as error:
-        raise ImportError("The figures need matplotlib: pip install 'keras-vision-transformer[viz]'") from error
+        raise ImportError("The figures need matplotlib: pip install 'keras-vision-transformer[viz]' (in a checkout: "
+                          "pip install -e '.[viz]')") from error
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -215,7 +215,8 @@ def decode_with_pillow(data, channels):
         from PIL import Image
     except ImportError as error:
         raise ValueError("Decoding an image without TensorFlow needs Pillow: pip install "
-                         "'keras-vision-transformer[viz]' (or pillow), or install TensorFlow") from error
+                         "'keras-vision-transformer[viz]' (in a checkout: pip install -e '.[viz]'; or pillow), or "
+                         "install TensorFlow") from error
     modes = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}  # TensorFlow's decoders' channel counts
     if channels not in modes:
         raise ValueError(f"`channels` must be one of {sorted(modes)}; received channels={channels!r}")

@@ -3,6 +3,7 @@
 import ast
 import pathlib
 import re
+import subprocess
 
 import pytest
 
@@ -61,3 +62,22 @@ def test_no_module_calls_another_s_private_functions():
     found = [call for package in PACKAGES for path in sources(package)
              if str(path.relative_to(ROOT)) not in INTERNALS_MODULES for call in private_calls(path)]
     assert not found
+
+
+# Install advice and commands that send a user elsewhere: pip normalises `keras_vit[hub]` to `keras-vit`, an unrelated
+# abandoned PyPI package that then shadows this one (the distribution is `keras-vision-transformer`), and
+# huggingface_hub no longer ships `huggingface-cli` (its command is `hf`).
+MISLEADING = re.compile(r"keras_vit\[|huggingface-cli|pip install\s+(?:-\S+\s+)*['\"]?keras[-_]vit(?![\w-])")
+
+
+def test_no_tracked_file_advises_another_package_or_a_removed_command():
+    listed = subprocess.run(["git", "ls-files", "-z", "--", "*.py", "*.md"], cwd=ROOT, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    this = pathlib.Path(__file__).resolve()
+    found = [f"{name}:{number}: {line.strip()}" for name in listed.stdout.split("\0")
+             if name and (ROOT / name).is_file() and (ROOT / name).resolve() != this
+             for number, line in enumerate((ROOT / name).read_text(errors="replace").splitlines(), 1)
+             if MISLEADING.search(line)]
+    assert not found, "advise pip install 'keras-vision-transformer[EXTRA]' (in a checkout pip install -e " \
+                      "'.[EXTRA]') and `hf download`:\n" + "\n".join(found)
