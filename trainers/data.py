@@ -8,8 +8,10 @@ therefore sees exactly the batches an uninterrupted run would see from step
 stateful generators and are the exception; see BUILD.md).
 """
 
+import contextlib
 import dataclasses
 import functools
+import io
 import math
 import os
 import sys
@@ -20,7 +22,7 @@ import tensorflow as tf
 
 from keras_vit import image_formats
 from keras_vit.preprocessing import preprocess_input, resize_pixels
-from trainers import folders, image_ends, image_scan
+from trainers import folders, image_ends, image_scan, jpeg_check
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -51,6 +53,8 @@ class Source:
     # and {path: reason} of those left out.
     files: object = None
     bad: dict = dataclasses.field(default_factory=dict)
+    # The name of each class, in label order, where the dataset has them (a folder's LABEL folders, TFDS' names).
+    class_names: tuple = None
 
 
 def check_disjoint(dataset, train_split, train, eval_split, evaluation):
@@ -132,6 +136,19 @@ def _check_split(split, splits, dataset, slices=True):
                          f"{also}") from None
 
 
+@contextlib.contextmanager
+def _absl_quiet():
+    """absl's WARNING lines off for a moment (TFDS logs through absl)."""
+    from absl import logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
 def _prepare(builder, name):
     """Prepares a TFDS dataset, or says which one is not at hand and how to prepare it (not TFDS' traceback)."""
     if builder.is_prepared():
@@ -142,7 +159,12 @@ def _prepare(builder, name):
            f"run `tfds build {name} --data_dir={builder.data_dir_root}` where there is network access, or copy a "
            f"prepared {name}/ folder into {builder.data_dir_root}")
     try:
-        builder.download_and_prepare()
+        if name == digits_name():  # it ships in the package: TFDS' "Downloading ... Unknown size" lines would mislead
+            print(f"Preparing the embedded digits dataset in {builder.data_dir_root} (once)", file=sys.stderr)
+            with contextlib.redirect_stdout(io.StringIO()):
+                builder.download_and_prepare()
+        else:
+            builder.download_and_prepare()
     except Exception as error:  # TFDS raises AssertionError, DownloadError, OSError...: all mean "not at hand"
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise ValueError(f"The dataset tfds:{name} is not prepared in {builder.data_dir_root} and could not be "
@@ -150,6 +172,11 @@ def _prepare(builder, name):
 
 
 def _load_tfds(name, split, data_dir):
+    with _absl_quiet():  # an unprepared dataset's folder draws "Variant folder ... has no dataset_info.json"
+        return _open_tfds(name, split, data_dir)
+
+
+def _open_tfds(name, split, data_dir):
     import tensorflow_datasets as tfds
 
     try:
@@ -171,7 +198,7 @@ def _load_tfds(name, split, data_dir):
     named = encoded.enumerate().map(lambda position, example: (*example, tf.strings.join(
         ["record ", tf.strings.as_string(position), f" of split {split!r} of tfds:{name}"])))
     return Source(None, info.splits[split].num_examples, info.features["label"].num_classes, channels,
-                  named=named, records=records)
+                  named=named, records=records, class_names=tuple(info.features["label"].names))
 
 
 def _load_folder(root, split, skip_bad_images):
@@ -192,11 +219,14 @@ def _load_folder(root, split, skip_bad_images):
 
 
 def _folder_problems(paths):
-    """`{path: reason}` for the images that cannot be decoded: by header, by their ends, then by a decode."""
+    """`{path: reason}` for the images that cannot be decoded whole: by header, by their ends, then (JPEGs) by a
+    decode that counts libjpeg's corrupt-data warnings (`jpeg_check`)."""
     bad = {path: reason for path in paths for reason in [image_scan.problem(path)] if reason}
     # Cut files pass the header scan; their ends find them (`image_ends`).
     bad.update((path, reason) for path in paths if path not in bad
                for reason in [image_ends.file_problem(path)] if reason)
+    # A JPEG cut short and closed again decodes half grey with only libjpeg's anonymous warning: decoded once here.
+    bad.update(jpeg_check.corrupt_jpegs([path for path in paths if path not in bad]))
     return dict(sorted(bad.items()))
 
 
@@ -206,7 +236,7 @@ def _folder_source(files, bad):
     named = tf.data.Dataset.from_tensor_slices((list(kept.paths), tf.constant(kept.labels, tf.int64))).map(
         lambda path, label: (tf.io.read_file(path), label, path), num_parallel_calls=AUTOTUNE, deterministic=True)
     return Source(None, len(kept), len(files.classes), 3, skipped=len(files) - len(kept), named=named,
-                  records=files.ranges, files=files, bad=bad)
+                  records=files.ranges, files=files, bad=bad, class_names=files.classes)
 
 
 def _bad_images_message(bad, where):

@@ -273,7 +273,8 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
                "validation_top1": validated["top1"] if best else None,
                "best_step": best.record["step"] if best else None,
                "best_top1": best.record["eval_top1"] if best else None}
-    _finish(model, model_dir, metrics, is_chief, manager, best)
+    _finish(model, model_dir, metrics, is_chief, manager, best,
+            train_source.class_names if recipe.task == "classification" else None)
     return model, metrics
 
 
@@ -389,8 +390,9 @@ def _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks
         yield step
 
 
-def _finish(model, model_dir, metrics, is_chief, manager, best):
-    """The chief writes model.keras, model.npz and metrics.json; the other workers remove their scratch copies."""
+def _finish(model, model_dir, metrics, is_chief, manager, best, class_names=None):
+    """The chief writes model.keras, model.npz, metrics.json and labels.txt (the class names, where the dataset
+    has them: what `python -m export --labels` takes); the other workers remove their scratch copies."""
     if not is_chief:
         tf.io.gfile.rmtree(manager.directory)
         if best:
@@ -401,3 +403,5 @@ def _finish(model, model_dir, metrics, is_chief, manager, best):
     _atomic_save_keras(keras_model, model_dir / "model.keras")
     keras_vit.save_npz(npz_model, model_dir / "model.npz")
     write_text_atomically(model_dir / "metrics.json", json.dumps(metrics, indent=2))
+    if class_names and all(name and "\n" not in name for name in class_names):
+        write_text_atomically(model_dir / "labels.txt", "".join(f"{name}\n" for name in class_names))

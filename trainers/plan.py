@@ -111,19 +111,20 @@ def _with_overrides(recipe, overrides, problems):
 
 
 def _checkpoint_model(recipe, overrides, problems):
-    """`recipe` whose model is its --pretrained checkpoint's own (its architecture, numerics and image size).
+    """`recipe` whose model is the --pretrained checkpoint's own (its architecture, numerics and image size).
 
     The pre_logits layer is the recipe's (none: the paper's fine-tuning drops it), the training fields the
-    recipe's, and every model flag set wins. Other weights (names, URLs, .weights.h5) keep the recipe's model.
+    recipe's, and every model flag set wins. Named weights keep the recipe's variant (or --variant's) at their
+    own image size; URLs and .weights.h5 files keep the recipe's model.
     """
-    if not recipe.pretrained:
+    if not overrides.get("pretrained"):  # a recipe's own weights go with the recipe's model
         return recipe
     from keras_vit.checkpoints import config_from_checkpoint, resolve_weights
 
     try:
         weights = resolve_weights(recipe.pretrained)
-    except ValueError:
-        return recipe  # a pretrained name: recipes.problems checks it against the variant
+    except ValueError:  # a pretrained name: its variant's model, at the name's image size
+        return _named_weights_size(recipe, overrides)
     if weights.kind == "hub" or weights.kind in ("file", "directory") and weights.local:
         if weights.kind != "hub" and not os.path.exists(weights.location):
             return recipe  # recipes.problems names a missing file
@@ -143,6 +144,20 @@ def _checkpoint_model(recipe, overrides, problems):
     except ValueError as error:
         problems.append(f"The model flags do not fit {recipe.pretrained}: {error}")
         return recipe
+
+
+def _named_weights_size(recipe, overrides):
+    """`recipe` at the image size its named weights were trained at, unless --image_size says otherwise."""
+    from keras_vit.checkpoints import resolve_weights
+    from keras_vit.variants import variant_name
+
+    try:
+        entry = resolve_weights(recipe.pretrained, variant_name(recipe.model)).entry
+    except ValueError:
+        return recipe  # recipes.problems names the variant's weights
+    if "image_size" in overrides or entry is None:
+        return recipe
+    return recipe.replace(image_size=entry.image_size)
 
 
 def _fit_folder(recipe, overrides, problems, notes):

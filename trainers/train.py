@@ -172,6 +172,8 @@ def main(argv):
           f"loss {metrics['eval_loss']:.4f}  ({metrics['eval_examples']} examples, step {metrics['step']}, "
           "the final model)")
     print(f"final model: {model_dir / 'model.keras'}\nofficial-format weights: {model_dir / 'model.npz'}")
+    if (model_dir / "labels.txt").is_file():
+        print(f"class names: {model_dir / 'labels.txt'} (python -m export --labels=...)")
     return 0
 
 

@@ -62,7 +62,8 @@ def refused_runs(tmp_path_factory):
     for verbosity, _ in VERBOSITY:
         model_dir = tmp_path_factory.mktemp("verbosity")
         commands[f"verbosity {verbosity}"] = (
-            ["trainers.train", f"--model_dir={model_dir}", f"--dataset=folder:{model_dir}/missing", *verbosity],
+            ["trainers.train", f"--model_dir={model_dir}", f"--dataset=tfrecord:{model_dir}/missing/{{split}}-*",
+             "--num_classes=2", *verbosity],
             model_dir)
     for flag, _ in BAD_FLAGS:
         model_dir = tmp_path_factory.mktemp("bad_flag")
@@ -159,9 +160,9 @@ def test_chunks_no_multiple_of_steps_per_execution_stop_where_asked(scanned_run)
 
 @pytest.mark.parametrize("verbosity, shown", VERBOSITY)
 def test_info_lines_only_with_verbosity(refused_runs, verbosity, shown):
-    """The recipe is logged at INFO before the missing dataset folder stops the run."""
+    """The recipe is logged at INFO before the missing TFRecords (found once TensorFlow runs) stop the run."""
     result, model_dir = refused_runs[f"verbosity {verbosity}"]
-    assert result.returncode != 0 and f"dataset='folder:{model_dir}/missing': no such directory" in result.stderr
+    assert result.returncode != 0 and f"No TFRecord files match '{model_dir}/missing/train-*'" in result.stderr
     assert ("Recipe digits on cpu" in result.stderr) == shown
 
 
