@@ -94,8 +94,11 @@ b16 = keras_vit.ViT_B16()
 keras_vit.save_npz(b16, "ViT-B_16.npz")                                           # an official B/16 file
 (folder / "imagenet21k").mkdir()
 keras_vit.save_npz(keras_vit.ViT_B16(classes=21843, representation_size=768), "imagenet21k/ViT-B_16.npz")
-for tag, local in (("augreg_in21k_ft_in1k", "ViT-B_16.npz"), ("imagenet21k", "imagenet21k/ViT-B_16.npz")):
-    cached = pretrained.cache_path(pretrained.resolve("B/16", tag).url)           # as if fetched once
+keras_vit.save_npz(keras_vit.ViT_Ti16(), "ViT-Ti_16.npz")                          # the README's fine-tuning
+for variant, tag, local in (("B/16", "augreg_in21k_ft_in1k", "ViT-B_16.npz"),
+                            ("B/16", "imagenet21k", "imagenet21k/ViT-B_16.npz"),
+                            ("Ti/16", "augreg_in21k_ft_in1k", "ViT-Ti_16.npz")):
+    cached = pretrained.cache_path(pretrained.resolve(variant, tag).url)          # as if fetched once
     cached.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(folder / local, cached)
 fixtures = pathlib.Path(os.environ["PYTHONPATH"]) / "tests" / "fixtures"
@@ -106,6 +109,13 @@ rng = np.random.default_rng(0)
 tf.io.write_file("photo.jpg", tf.io.encode_jpeg(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)))
 tf.io.write_file("digit.png", tf.io.encode_png(rng.integers(0, 17, (8, 8, 1), dtype=np.uint8) * 15))
 os.symlink("runs/digits/model.keras", "model.keras")                             # the main job's model
+for split, count in (("train", 8), ("test", 2)):                                  # a reader's photos
+    for k, label in enumerate(("cat", "dog", "owl")):
+        (folder / "my_images" / split / label).mkdir(parents=True)
+        for i in range(count):
+            size = rng.integers(40, 300, 2)
+            pixels = np.clip(rng.normal(60 + 60 * k, 40, (*size, 3)), 0, 255).astype(np.uint8)
+            tf.io.write_file(f"my_images/{split}/{label}/{label}_{i}.jpg", tf.io.encode_jpeg(pixels))
 """
 
 
