@@ -197,3 +197,21 @@ def test_a_recipe_default_is_adapted_and_a_value_set_is_refused(tmp_path):
                                    "image_size": 16, "patch_size": 4, "train_steps": 100, "warmup_steps": 100})
     digits_on_folder = plan.plan("digits", {"dataset": f"folder:{images}", "batch_size": 4})
     assert any("image_size=8x8 (the digits recipe's)" in note for note in digits_on_folder.notes)
+
+
+def test_a_jpeg_cut_short_and_closed_again_is_named_by_the_folder_scan(tmp_path):
+    """It decodes without error, half grey; libjpeg's anonymous warning was the only sign of it."""
+    import tensorflow as tf
+
+    from trainers import data
+
+    images = make_folder(tmp_path / "pets", per_class=3)
+    pixels = np.random.default_rng(3).integers(0, 256, (96, 96, 3), dtype=np.uint8)
+    whole = tf.io.encode_jpeg(pixels).numpy()
+    closed = whole[: len(whole) // 2] + b"\xff\xd9"
+    tf.io.decode_jpeg(closed)  # the premise: no error
+    path = images / "train" / "cat" / "closed.jpg"
+    path.write_bytes(closed)
+    with pytest.raises(ValueError, match=rf"(?s)1 of the images .*{path}: corrupt JPEG data \(libjpeg: premature end"):
+        data.load(f"folder:{images}", "train")
+    assert data.load(f"folder:{images}", "train", skip_bad_images=True).skipped == 1
