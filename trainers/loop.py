@@ -299,6 +299,8 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
         try:  # the architecture's own checks (patch size dividing the image, heads the width, ...), the teacher's
             model = build_training_model(recipe, train_source)
         except ValueError as error:
+            if isinstance(error, OSError):  # weights out of reach: their own short message
+                raise
             raise InvalidRun(str(error)) from error
         optimizer = optimization.make_optimizer(recipe, model)
         model.compile(

@@ -133,6 +133,8 @@ def _checkpoint_model(recipe, overrides, problems):
     try:
         checkpoint = config_from_checkpoint(weights.location)
     except (ValueError, OSError) as error:
+        if isinstance(error, OSError):  # a hub id out of reach: its three lines, alone (trainers.train.refuse)
+            raise
         problems.append(f"`pretrained` cannot be read: {error}")
         return recipe
     fields = {name: getattr(checkpoint if field.metadata["role"] in _CHECKPOINT_ROLES else recipe.model, name)

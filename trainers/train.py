@@ -115,6 +115,9 @@ def check_flags(argv):
 
 def refuse(reason):
     """Prints why the command cannot run, one line per problem (not absl's page of flags); returns the exit status."""
+    if isinstance(reason, OSError):  # weights out of reach (keras_vit's WeightsUnavailable): its three lines say all
+        print(f"trainers.train: {reason}", file=sys.stderr)
+        return 1
     problems = getattr(reason, "problems", None) or [str(reason)]
     if len(problems) == 1:
         print(f"trainers.train: {problems[0]}", file=sys.stderr)
@@ -157,7 +160,7 @@ def main(argv):
     try:
         _, metrics = loop.train(recipe, _MODEL_DIR.value, strategy, kind, _DATA_DIR.value, _SKIP_BAD_IMAGES.value,
                                 _EVAL_EVERY.value)
-    except loop.InvalidRun as error:
+    except (loop.InvalidRun, OSError) as error:
         return refuse(error)
     except FloatingPointError as error:
         logging.error("%s", error)

@@ -215,3 +215,21 @@ def test_a_jpeg_cut_short_and_closed_again_is_named_by_the_folder_scan(tmp_path)
     with pytest.raises(ValueError, match=rf"(?s)1 of the images .*{path}: corrupt JPEG data \(libjpeg: premature end"):
         data.load(f"folder:{images}", "train")
     assert data.load(f"folder:{images}", "train", skip_bad_images=True).skipped == 1
+
+
+def test_named_weights_out_of_reach_are_three_lines_without_a_traceback(tmp_path):
+    from tests.processes import unreachable_network
+
+    images = make_folder(tmp_path / "pets", per_class=3)
+    env = unreachable_network({**ENV, "KERAS_HOME": str(tmp_path / "keras")})  # an empty cache, offline
+    result = subprocess.run(
+        [sys.executable, "-m", "trainers.train", f"--dataset=folder:{images}", "--variant=Ti/16",
+         "--pretrained=augreg_in21k", f"--model_dir={tmp_path / 'run'}", "--train_steps=2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("trainers.train:")]
+    message = result.stderr[result.stderr.index(lines[0]):].strip().splitlines()
+    assert len(message) <= 3, message
+    assert "Could not download ViT-Ti/16:augreg_in21k from https://" in message[0]
+    assert "--pretrained=PATH" in message[-1]
+    assert not (tmp_path / "run").exists()
