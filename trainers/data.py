@@ -233,7 +233,8 @@ def _folder_problems(paths):
 def _folder_source(files, bad):
     """A Source of `files` less the `bad` ones, read in their listed order; `files` and `bad` are kept in it."""
     kept = files.keep(lambda path: path not in bad)
-    named = tf.data.Dataset.from_tensor_slices((list(kept.paths), tf.constant(kept.labels, tf.int64))).map(
+    paths, labels = tf.constant(kept.paths, tf.string, [len(kept)]), tf.constant(kept.labels, tf.int64, [len(kept)])
+    named = tf.data.Dataset.from_tensor_slices((paths, labels)).map(
         lambda path, label: (tf.io.read_file(path), label, path), num_parallel_calls=AUTOTUNE, deterministic=True)
     return Source(None, len(kept), len(files.classes), 3, skipped=len(files) - len(kept), named=named,
                   records=files.ranges, files=files, bad=bad, class_names=files.classes)
@@ -549,17 +550,19 @@ def eval_dataset(recipe, source, global_batch):
 def hold_out(source, fraction, seed):
     """`(train, validation)`: `source` with a `fraction` of its examples held out, drawn by `seed`.
 
-    A folder holds out by file name, a share of each class (`folders.hold_out`): the files skipped as
-    undecodable leave either part without moving another file across. Other sources hold out
+    A folder holds out by file name a share of each class of the images its pre-flight scan passed
+    (`folders.hold_out`): an image that fails later, mid-stream, leaves its part without moving another
+    across. Other sources hold out
     round(fraction * examples) by a numpy permutation of the example indices. Either way a run, its
     resumption and another machine hold out the same examples, and each part's decoded and encoded streams
     are taken from its own part of the named stream, so they hold the same examples. The two parts share no
     example, so they carry no record ranges (`check_disjoint` compares splits).
     """
-    if source.files is not None:
-        return tuple(dataclasses.replace(_with_streams(_folder_source(part, source.bad), source.skip_bad_images),
-                                         records=())
-                     for part in folders.hold_out(source.files, fraction, seed))
+    if source.files is not None:  # among the images the pre-flight scan passed: a class keeps its share
+        scanned = source.files.keep(lambda path: path not in source.bad)
+        return tuple(dataclasses.replace(_with_streams(_folder_source(part, {}), source.skip_bad_images),
+                                         records=(), bad=source.bad, skipped=source.skipped if train else 0)
+                     for part, train in zip(folders.hold_out(scanned, fraction, seed), (True, False), strict=True))
     count = source.num_examples
     held = int(round(fraction * count))
     mask = np.zeros(count, bool)

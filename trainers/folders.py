@@ -4,9 +4,8 @@ Everything a run decides about a folder is decided here from file names
 alone, before TensorFlow starts: its layout (and what is wrong with it), its
 classes (the label folders of every split, sorted, so that each split numbers
 them alike), split slices (`train[:80%]`) and the validation hold-out. Both
-take a share of every class, in an order keyed by each file's name, so they
-survive skipped images, resumed runs and new files: a file's side never
-depends on which other files were read.
+take a share of every class, in an order keyed by each file's name, so a
+resumed run reads the same parts and the parts never share a file.
 """
 
 import dataclasses
@@ -163,10 +162,10 @@ def list_split(root, expression):
 
 
 def hold_out(files, fraction, seed):
-    """`(train, validation)` names: of each class of two or more images, round(fraction * n) (at least one).
+    """`(train, validation)` of `files`: of each class of two or more images, round(fraction * n), at least one.
 
-    Chosen in the class's order of hash(seed, name): a file's side depends on its name and the seed alone,
-    so skipping another file or resuming moves nothing.
+    Chosen in the class's order of hash(seed, name), so a resumed run, or one on another machine, holds out
+    the same images, and the two parts never share one.
     """
     held = set()
     by_class = {}

@@ -98,10 +98,11 @@ def test_training_and_validation_never_share_an_image_also_with_one_skipped(tmp_
         return sorted(os.path.basename(name.decode()) for *_, name in getattr(part, stream).as_numpy_iterator())
 
     trained, validated = names(train, "named"), names(validation, "named")
-    assert not set(trained) & set(validated)
+    assert not set(trained) & set(validated) and "owl3.png" not in trained + validated
     assert len(trained) + len(validated) == 29
-    # Skipping moved no other file: each side is the unskipped hold-out less the bad file.
-    assert set(validated) == {os.path.basename(p) for p in held_files.paths} - {"owl3.png"}
+    # The hold-out is taken among the images the scan passed, by name: every class keeps its share.
+    scanned = folders.hold_out(listed.keep(lambda path: path != bad), 0.2, seed=0)[1]
+    assert set(validated) == {os.path.basename(p) for p in scanned.paths} and len(validated) == 6
     # The decoded streams hold those same images (the inception crop reads the named one).
     assert len(list(train.dataset)) == len(trained) and len(list(validation.dataset)) == len(validated)
 

@@ -367,10 +367,10 @@ def test_each_field_flag_shows_the_fields_own_help():
     from absl import flags
 
     from keras_vit.config import FIELDS as MODEL_FIELDS
-    from trainers import recipes, train
+    from trainers import plan, recipes, train  # noqa: F401 (importing train defines the flags)
 
-    assert train.MODEL_FIELDS  # the flags are defined on import
-    for name, field in {**recipes.FIELDS, **train.MODEL_FIELDS}.items():
+    assert plan.MODEL_FIELDS  # the flags are defined on import
+    for name, field in {**recipes.FIELDS, **plan.MODEL_FIELDS}.items():
         assert flags.FLAGS[name].help == field.metadata["help"], name
     assert flags.FLAGS["batch_size"].help == "Global batch size (split over replicas)."
     assert flags.FLAGS["classifier"].help == MODEL_FIELDS["classifier"].metadata["help"]
