@@ -10,6 +10,8 @@ decoded once, so an image with bytes after its end (some cameras append data)
 is kept when the decoder reads it.
 """
 
+import re
+
 import tensorflow as tf
 
 from keras_vit import image_formats
@@ -44,6 +46,8 @@ def decode_problem(data, channels):
         image_formats.decode(data, channels)
     except tf.errors.OpError as error:
         reason = error.message.strip().splitlines()[0] if error.message.strip() else type(error).__name__
+        # Eager errors wrap the decoder's words in the op's graph names: "{{function_node ...}} WORDS [Op:...]".
+        reason = re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:\w+\]", "", reason) or type(error).__name__
         return f"cannot be decoded, cut short or corrupt ({reason})"
     return None
 
