@@ -37,6 +37,8 @@ class Problems(ValueError):
 
 @dataclasses.dataclass
 class Plan:
+    """A checked command line: the recipe to run, its name, and what was adapted."""
+
     recipe: recipes.Recipe
     name: str
     # One line for each recipe default adapted to the data.

@@ -39,7 +39,8 @@ _SKIP_BAD_IMAGES = flags.DEFINE_bool(
 _EVAL_EVERY = flags.DEFINE_integer(
     "eval_every", None, "Steps between evaluations of the validation split (default: at every checkpoint; 0: "
                         "none before the end).")
-_DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "Enable TF op determinism (reproducible on CPU).")
+_DETERMINISTIC = flags.DEFINE_bool("deterministic", False, "TF op determinism: the same command, install and "
+                                                            "machine give the same weights bit for bit (slower).")
 
 
 def _define_field_flags():
