@@ -156,6 +156,7 @@ def test_every_problem_of_a_command_line_is_named_at_once_before_tensorflow(tmp_
         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
+    assert out.startswith("5\n"), out  # three flags, and two the folder refuses (test_journey below)
     assert "`learning_rate` must be in (0, inf); received learning_rate=-1.0" in out
     assert "`warmup_steps` must be fewer than the 4000 train_steps" in out
     assert "num_heads" in out and "received" in out
@@ -234,3 +235,16 @@ def test_named_weights_out_of_reach_are_three_lines_without_a_traceback(tmp_path
     assert "Could not download ViT-Ti/16:augreg_in21k from https://" in message[0]
     assert "--pretrained=PATH" in message[-1]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_class_whose_every_training_image_is_skipped_is_refused(tmp_path):
+    """Else the model never sees the class: its test images all count wrong, with no word why."""
+    from trainers import loop, recipes
+
+    images = make_folder(tmp_path / "pets", per_class=3, splits=("train", "test"))
+    for path in (images / "train" / "owl").iterdir():
+        path.write_bytes(b"<html>404</html>")
+    recipe = recipes.RECIPES["digits"].replace(dataset=f"folder:{images}", batch_size=2)
+    with pytest.raises(ValueError, match=r"has no image of class\(es\) \['owl'\] once the undecodable ones are "
+                                         r"skipped: the model would never learn them"):
+        loop._load_sources(recipe, None, skip_bad_images=True)
