@@ -63,3 +63,42 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 def is_hub_id(text):
     """Whether `text` has the form of a Hugging Face hub id (`org/name`) and names no local file or directory."""
     return HUB_ID.fullmatch(str(text)) is not None and not os.path.exists(str(text))
+
+
+def check_input_shape(expected, received, what="The model", multiple=None):
+    """Raises a ValueError unless `received` has the rank of `expected` and every size it fixes.
+
+    The first (batch) axis and a None in `expected` take any size; with
+    `multiple` (a patch's (height, width)), height and width must be
+    divisible by it. A None in `received` (a size unknown while tracing), or
+    `received` None (an unknown rank), passes: the caller checks it when the
+    graph runs.
+    """
+    expected, received = tuple(expected), None if received is None else tuple(received)
+    if received is None:
+        return
+    names = " (batch, height, width, channels)" if len(expected) == 4 else ""
+    if _fits(received[1:], expected[1:]):
+        sizes = zip(received[1:3], multiple or (), strict=bool(multiple))
+        if not any(size and size % patch for size, patch in sizes):
+            return
+        raise ValueError(f"{what} expects inputs of shape {expected}{names}, height and width divisible by "
+                         f"`patch_size`={tuple(multiple)}; received shape {received}")
+    hints = []
+    if _fits(received, expected[1:]):
+        hints.append("one image needs a batch axis (x[None])")
+    elif len(received) == len(expected) - 1 and expected[-1] == 1:
+        hints.append("a grey image needs its channel axis (x[..., None])")
+    elif len(received) == len(expected) == 4:
+        if not _fits(received[3:], expected[3:]):
+            hints.append(f"the model takes {expected[-1]} channel(s)")
+        if not _fits(received[1:3], expected[1:3]):
+            hints.append(f"resize the images to {expected[1]}x{expected[2]} (keras_vit.resize_and_center_crop) or "
+                         "build the model with dynamic_image_size=True")
+    hint = "".join(f"; {h}" for h in hints)
+    raise ValueError(f"{what} expects inputs of shape {expected}{names}; received shape {received}{hint}")
+
+
+def _fits(sizes, fixed):
+    """Whether `sizes` has the rank of `fixed` and its sizes where both are known."""
+    return len(sizes) == len(fixed) and all(f is None or s is None or f == s for f, s in zip(fixed, sizes, strict=True))

@@ -15,7 +15,7 @@ import keras
 
 from keras_vit import checkpoints, positions, preprocessing
 from keras_vit import layers as vit_layers
-from keras_vit.checks import check_choice
+from keras_vit.checks import check_choice, check_input_shape
 from keras_vit.config import FIELDS, IMAGENET_MEAN, IMAGENET_STD, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
 from keras_vit.layers.scanned_encoder import block_name
@@ -73,28 +73,97 @@ class ViTModel(keras.Model):
         if self.built and self.optimizer is not None:
             self.optimizer.build(self.trainable_variables)  # the saved optimizer variables load into these
 
-    def predict(self, x, *args, check_input_range=True, **kwargs):
-        """Keras' `predict`, with two checks where `x` is one array (numpy or a tensor).
+    def __call__(self, *args, **kwargs):
+        # Keras' own check of a functional model's input adds or drops a last axis of 1 (a grey model took
+        # (n, h, w) and RGB) and passes sizes a traced function left unknown; this one runs first, on every
+        # call and every trace.
+        if args:
+            args = (self._checked_images(args[0]), *args[1:])
+        elif "inputs" in kwargs:
+            kwargs["inputs"] = self._checked_images(kwargs["inputs"])
+        return super().__call__(*args, **kwargs)
 
-        An empty batch gives empty outputs (Keras' own loop fails on one). With
+    def _checked_images(self, x):
+        """`x`, refused with a ValueError naming both shapes unless it has the rank and fixed sizes of the input.
+
+        The batch axis, and height and width of a `dynamic_image_size` model,
+        take any size. On TensorFlow, sizes unknown while tracing are checked
+        when the graph runs (`tf.ensure_shape`, which XLA keeps), and are
+        static after it. Structures (lists, dicts) and models of several
+        inputs are left to Keras.
+        """
+        unknown = self._refuse_wrong_shape(x)
+        if unknown and keras.backend.backend() == "tensorflow" and not keras.backend.is_keras_tensor(x):
+            # tf.function's reduce_retracing (Keras' predict_function) relaxes a signature to unknown sizes
+            # after a call of another shape: without this, an image of any size would reach the layers,
+            # whose position table is resampled to its grid, and give scores without a word.
+            import tensorflow as tf
+
+            return tf.ensure_shape(x, (None, *self.inputs[0].shape[1:]))
+        return x
+
+    def _refuse_wrong_shape(self, x):
+        """Raises a ValueError naming both shapes where `x` (a tensor, array or TensorSpec) cannot be the input;
+        returns whether a size the input fixes is still unknown (a traced graph's)."""
+        if getattr(self, "vit_config", None) is None or len(self.inputs) != 1 or not hasattr(x, "shape"):
+            return False  # a model without its config (being built or loaded) is Keras' to check
+        expected, received = (None, *self.inputs[0].shape[1:]), _static_shape(x)
+        check_input_shape(expected, received, f"The model {self.name!r}", self._patch_multiple())
+        return received is None or any(r is None and e is not None for e, r in zip(expected, received, strict=True))
+
+    def _patch_multiple(self):
+        """The patch size where the input goes straight to the patches of a `dynamic_image_size` model, else
+        None (a fixed size is checked as such; a hybrid's stem and an `input_tensor`'s layers change sizes)."""
+        config = self.vit_config
+        if not config.dynamic_image_size or config.resnet_num_layers is not None:
+            return None
+        patches = next((layer for layer in self.layers if layer.name == "patch_embedding"), None)
+        return config.patch_size if patches is not None and patches.input is self.inputs[0] else None
+
+    def predict(self, x, *args, check_input_range=True, **kwargs):
+        """Keras' `predict`, with three checks where `x` is one array (numpy or a tensor).
+
+        Its shape is checked before Keras traces anything: a wrong one raises
+        ValueError naming the shapes expected and received. An empty batch
+        gives empty outputs (Keras' own loop fails on one). With
         `check_input_range`, images that `preprocess_input` did not scale (raw
         pixels) raise ValueError naming the range expected and received, and a
         batch scaled twice draws a warning (`keras_vit.preprocessing.check_input_range`).
-        Datasets and generators pass unchecked; a layer-level check would be a
-        graph assertion, which XLA compiles away.
+        A `tf.data.Dataset`'s batch shape is checked too; generators are
+        checked by `__call__` when traced. The range of both passes unchecked,
+        since a layer-level check would be a graph assertion, which XLA
+        compiles away.
         """
-        if hasattr(x, "shape") and hasattr(x, "dtype") and self.vit_config is not None and len(x.shape) == 4:
-            if check_input_range:
+        spec = getattr(x, "element_spec", None)  # a tf.data.Dataset: its batches' shape, (x, ...) or x
+        spec = spec[0] if isinstance(spec, tuple) and spec else spec
+        # Checked before Keras traces: a trace of its relaxed signature could only fail when it runs.
+        self._refuse_wrong_shape(spec)
+        if hasattr(x, "shape") and hasattr(x, "dtype") and self.vit_config is not None:
+            self._refuse_wrong_shape(x)
+            if check_input_range and len(x.shape) == 4:
                 preprocessing.check_input_range(x, self.vit_config, "ViTModel.predict's images")
-            if not x.shape[0]:
+            if len(x.shape) and not x.shape[0]:
                 return keras.tree.map_structure(keras.ops.convert_to_numpy, self(x, training=False))
         return super().predict(x, *args, **kwargs)
+
+    def predict_on_batch(self, x):
+        """Keras' `predict_on_batch`, with `predict`'s shape check before Keras traces anything."""
+        self._refuse_wrong_shape(x)
+        return super().predict_on_batch(x)
 
     def get_config(self):
         config = super().get_config()
         if self.vit_config is not None:
             config["vit_config"] = self.vit_config.to_dict()
         return config
+
+
+def _static_shape(x):
+    """The sizes of `x` known now (None where a traced graph leaves one open), or None for an unknown rank."""
+    try:
+        return tuple(None if size is None else int(size) for size in x.shape)
+    except (TypeError, ValueError):  # TensorFlow's shape of unknown rank cannot be iterated
+        return None
 
 
 def resolve_config(config, fields, input_shape=None, input_tensor=None):

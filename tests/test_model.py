@@ -329,14 +329,11 @@ def test_an_unknown_field_is_named():
         tiny(hidden_sizes=32)
 
 
-@pytest.mark.parametrize("shape, expected", [
-    ((2, 32, 48), r"Expected shape \(None, 32, 48, 3\)"),
-    ((2, 32, 48, 1), "expected axis -1 of input shape to have value 3"),
-    ((2, 40, 48, 3), r"expected shape=\(None, 32, 48, 3\), found shape="),
-])
-def test_wrong_input_to_a_built_model(shape, expected):
-    # Keras' input checks name both the expected and the received shape.
-    with pytest.raises(ValueError, match=rf"{expected}.*{re.escape(str(shape))}"):
+@pytest.mark.parametrize("shape", [(2, 32, 48), (2, 32, 48, 1), (2, 40, 48, 3)])
+def test_wrong_input_to_a_built_model(shape):
+    # ViTModel's own check names both shapes (more cases in tests/test_wrong_inputs.py).
+    expected = re.escape("expects inputs of shape (None, 32, 48, 3)")
+    with pytest.raises(ValueError, match=rf"{expected}.*received shape {re.escape(str(shape))}"):
         tiny()(np.zeros(shape, "float32"))
 
 

@@ -9,7 +9,8 @@ golden fixture (official `.npz` and timm safetensors, through the public
 results, whether an official `.npz` written by `save_npz` loads back bit for
 bit, resized pixels (`keras_vit.resize_and_center_crop`, `resize_pixels`), the
 pixels `keras_vit.explain` reads from a PNG and (off TensorFlow) the figures it
-writes, and whether TensorFlow was imported; it saves `OUT_DIR/<backend>_<encoder>.keras`
+writes, the refusals of inputs of the wrong shape, and whether TensorFlow was
+imported; it saves `OUT_DIR/<backend>_<encoder>.keras`
 (unrolled and scanned encoders) with their outputs, and loads the `.keras` files
 other backends left in OUT_DIR (`loaded_<saver>_<encoder>` outputs). `--load-only` does only the last step, into
 `OUT_DIR/<backend>_loads.npz`. The TensorFlow backend runs the same functions in
@@ -218,6 +219,40 @@ def explain(directory):
     return out
 
 
+# Inputs of the wrong shape for a grey 8x8 ViT (issue 49), each refused by `predict`, a call and
+# `predict_on_batch` with one ValueError naming both shapes; the 8x8 model once answered a 28x28 image.
+WRONG_SHAPES = {"no channel axis": (2, 8, 8), "three channels": (2, 8, 8, 3), "28x28": (2, 28, 28, 1),
+                "rank 5": (2, 1, 8, 8, 1)}
+WAYS = {"predict": lambda model, x: model.predict(x, verbose=0), "call": lambda model, x: model(x),
+        "predict_on_batch": lambda model, x: model.predict_on_batch(x)}
+
+
+def grey_model():
+    return keras_vit.ViT(patch_size=2, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=1, classes=3,
+                         input_shape=(8, 8, 1))
+
+
+def wrong_inputs():
+    """{`wrong:<case>:<way>`: the message of the ValueError, or the other outcome}, after right inputs of two batch
+    sizes have run each way (traces a compiled function could generalise)."""
+    model, rng = grey_model(), np.random.default_rng(4)
+    for way in WAYS.values():
+        for count in (2, 3):
+            way(model, rng.uniform(-1, 1, (count, 8, 8, 1)).astype("float32"))
+    out = {}
+    for case, shape in WRONG_SHAPES.items():
+        for name, way in WAYS.items():
+            try:
+                way(model, rng.uniform(-1, 1, shape).astype("float32"))
+                outcome = "answered"
+            except ValueError as error:
+                outcome = str(error)
+            except Exception as error:  # the wrong kind of error: the test shows it
+                outcome = f"{type(error).__name__}: {error}"
+            out[f"wrong:{case}:{name}"] = np.array(outcome)
+    return out
+
+
 def tensorflow_imported():
     return any(name.split(".")[0] == "tensorflow" and module is not None for name, module in sys.modules.items())
 
@@ -238,6 +273,7 @@ def run(directory):
     for case in range(len(RESIZE_CASES)):
         out.update(resized(case))
     out.update(explain(directory))
+    out.update(wrong_inputs())
     out["backend"] = keras.backend.backend()
     out["tensorflow_imported"] = tensorflow_imported()
     return out

@@ -3,13 +3,15 @@ without TensorFlow importable), each running tests/backends/backend_checks.py.
 
 The golden fixtures give the reference logits, training lowers the loss, a `.keras` file saved on any
 backend loads on the other two with the same outputs, official `.npz` files read and write without
-TensorFlow, and the analysis API, resizing and `keras_vit.explain` give TensorFlow's results. Three
-subprocesses in a row: PyTorch (which loads TensorFlow's `.keras` file), JAX (TensorFlow's and PyTorch's),
-PyTorch again for JAX's file only (the backend that starts and builds a model in the least time).
+TensorFlow, the analysis API, resizing and `keras_vit.explain` give TensorFlow's results, and inputs of
+the wrong shape are refused alike. Three subprocesses in a row: PyTorch (which loads TensorFlow's `.keras`
+file), JAX (TensorFlow's and PyTorch's), PyTorch again for JAX's file only (the backend that starts and
+builds a model in the least time).
 """
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import traceback
@@ -168,6 +170,16 @@ def test_explain_reads_the_image_and_writes_its_figures_without_tensorflow(resul
     off = np.abs(out["explain:pixels"].astype(int) - reference["explain:pixels"])  # Pillow's PNG against TF's
     assert out["explain:pixels"].shape == (8, 8, 3) and off.max() <= 1 and off.mean() < ROUNDED_MEAN, off
     assert not out["tensorflow_imported"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inputs_of_the_wrong_shape_are_refused_naming_both_shapes(results, backend):
+    out = on(results, backend)
+    for case, shape in checks.WRONG_SHAPES.items():
+        for way in checks.WAYS:
+            message = str(out[f"wrong:{case}:{way}"])
+            assert re.match(rf"The model 'vit\S*' expects inputs of shape \(None, 8, 8, 1\) .*; received shape "
+                            rf"{re.escape(str(shape))}", message), (case, way, message)
 
 
 def test_the_trainer_and_the_exporter_refuse_another_backend_in_one_line(tmp_path):
