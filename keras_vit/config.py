@@ -24,6 +24,10 @@ from keras_vit.checks import check_bool, check_choice, check_count, check_float,
 CLASSIFIERS = ("token", "gap", "map")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d", "none")
 INTERPOLATIONS = ("bilinear", "bicubic")
+# The MLP's activation: GELU (in the form `gelu_approximate` says) or CLIP's QuickGELU, x * sigmoid(1.702 x).
+ACTIVATIONS = ("gelu", "quick_gelu")
+# Which of query, key and value projections have a bias: all (official), none, or q and v (EVA/BEiT: k's is zero).
+QKV_BIASES = ("all", "none", "qv")
 # What `keras_vit.preprocess_input` makes of [0, 255] by default: [-1, 1].
 OFFICIAL_MEAN = OFFICIAL_STD = (0.5, 0.5, 0.5)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

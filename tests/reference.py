@@ -19,16 +19,30 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
+def gelu_exact(x):
+    from scipy.special import erf
+
+    return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def quick_gelu(x):
+    """CLIP's QuickGELU (open_clip's `QuickGELU`, timm's `quick_gelu`)."""
+    return x / (1 + np.exp(-1.702 * x))
+
+
+ACTIVATIONS = {"gelu_tanh": gelu_tanh, "gelu": gelu_exact, "quick_gelu": quick_gelu}
+
+
 def softmax(x):
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
 
 
 def attention(x, w, relative_logits=None):
-    """`w`: dict of query/key/value/output kernels and biases (official shapes)."""
-    q = np.einsum("btd,dhk->bthk", x, w["query_kernel"]) + w["query_bias"]
-    k = np.einsum("btd,dhk->bthk", x, w["key_kernel"]) + w["key_bias"]
-    v = np.einsum("btd,dhk->bthk", x, w["value_kernel"]) + w["value_bias"]
+    """`w`: dict of query/key/value/output kernels and biases (official shapes); a missing bias is zero."""
+    q = np.einsum("btd,dhk->bthk", x, w["query_kernel"]) + w.get("query_bias", 0.0)
+    k = np.einsum("btd,dhk->bthk", x, w["key_kernel"]) + w.get("key_bias", 0.0)
+    v = np.einsum("btd,dhk->bthk", x, w["value_kernel"]) + w.get("value_bias", 0.0)
     q = q / np.sqrt(q.shape[-1])
     logits = np.einsum("bqhk,bthk->bhqt", q, k)
     if relative_logits is not None:
@@ -38,13 +52,14 @@ def attention(x, w, relative_logits=None):
     return np.einsum("bqhk,hkd->bqd", out, w["output_kernel"]) + w["output_bias"], weights
 
 
-def encoder_block(x, w, relative_logits=None):
-    """`w`: attention weights plus norm_1/norm_2 gamma/beta and mlp dense_1/2."""
+def encoder_block(x, w, relative_logits=None, activation="gelu_tanh"):
+    """`w`: attention weights plus norm_1/norm_2 gamma/beta and mlp dense_1/2; with layer_scale_1/2 gamma, each
+    branch is multiplied by its gamma (timm's `ls1` / `ls2`)."""
     y, _ = attention(layer_norm(x, w["norm_1/gamma"], w["norm_1/beta"]), w, relative_logits)
-    x = x + y
+    x = x + y * w.get("layer_scale_1/gamma", 1.0)
     y = layer_norm(x, w["norm_2/gamma"], w["norm_2/beta"])
-    y = gelu_tanh(y @ w["dense_1/kernel"] + w["dense_1/bias"])
-    return x + y @ w["dense_2/kernel"] + w["dense_2/bias"]
+    y = ACTIVATIONS[activation](y @ w["dense_1/kernel"] + w["dense_1/bias"])
+    return x + (y @ w["dense_2/kernel"] + w["dense_2/bias"]) * w.get("layer_scale_2/gamma", 1.0)
 
 
 def block_weights(block):

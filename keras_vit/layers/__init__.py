@@ -5,6 +5,7 @@ from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.distillation_token import DistillationToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.encoder_block import EncoderBlock, Mlp
+from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding

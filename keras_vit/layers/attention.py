@@ -21,6 +21,7 @@ from keras import ops
 
 from keras_vit import positions
 from keras_vit.checks import check_choice, check_count, to_pair
+from keras_vit.config import QKV_BIASES
 from keras_vit.positions.relative_2d import relative_2d_index  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
 
@@ -80,6 +81,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_prefix_tokens: int. Tokens before the patches. Defaults to 0.
         interpolation: `"bilinear"` or `"bicubic"`: how relative tables are
             resampled for another sequence length. Defaults to `"bilinear"`.
+        qkv_bias: `"all"` (official), `"none"`, or `"qv"`: query and value
+            biases, the key's a fixed zero rather than a weight (EVA, BEiT;
+            softmax ignores a key bias anyway). Defaults to `"all"`.
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -107,10 +111,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         grid_size=None,
         num_prefix_tokens=0,
         interpolation="bilinear",
+        qkv_bias="all",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_count(num_heads, "num_heads", minimum=1)
+        self.qkv_bias = check_choice(qkv_bias, QKV_BIASES, "qkv_bias")
+        # The projections with a bias weight; the others add nothing.
+        self._biased = {"all": ("query", "key", "value"), "none": (), "qv": ("query", "value")}[self.qkv_bias]
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.relative_position = check_choice(
             relative_position, RELATIVE_POSITIONS, "relative_position"
@@ -151,8 +159,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         for name in ("query", "key", "value"):
             setattr(self, f"{name}_kernel", self.add_weight(
                 name=f"{name}_kernel", shape=projection, initializer=kernel_init()))
-            setattr(self, f"{name}_bias", self.add_weight(
-                name=f"{name}_bias", shape=projection[1:], initializer="zeros"))
+            if name in self._biased:
+                setattr(self, f"{name}_bias", self.add_weight(
+                    name=f"{name}_bias", shape=projection[1:], initializer="zeros"))
         self.output_kernel = self.add_weight(
             name="output_kernel", shape=(self.num_heads, head_dim, width), initializer=kernel_init()
         )
@@ -184,8 +193,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None):
         def project(name, tokens):
-            kernel = getattr(self, f"{name}_kernel")
-            return ops.einsum("btd,dhk->bthk", tokens, kernel) + getattr(self, f"{name}_bias")
+            projected = ops.einsum("btd,dhk->bthk", tokens, getattr(self, f"{name}_kernel"))
+            return projected + getattr(self, f"{name}_bias") if name in self._biased else projected
 
         if query_tokens is not None and self.position.biases_attention:
             raise ValueError(f"query_tokens={query_tokens} cannot be used with relative_position="
@@ -225,4 +234,5 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "grid_size": self.grid_size,
             "num_prefix_tokens": self.num_prefix_tokens,
             "interpolation": self.interpolation,
+            "qkv_bias": self.qkv_bias,
         }

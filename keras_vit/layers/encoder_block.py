@@ -5,16 +5,37 @@ Pre-norm, as `Encoder1DBlock` of google-research/vision_transformer:
     x = x + DropPath(Mlp(LayerNorm(x)))
 LayerNorm epsilon is 1e-6 (Keras defaults to 1e-3) and GELU uses its tanh
 approximation (the Flax default): the official checkpoints were trained with
-both. timm's checkpoints use the exact (erf) GELU: `gelu_approximate=False`.
+both. timm's checkpoints use the exact (erf) GELU: `gelu_approximate=False`;
+CLIP's use QuickGELU, `activation="quick_gelu"`.
+With `layer_scale_init`, each branch is multiplied by a learned per-channel
+scale before the stochastic depth (timm's `ls1` / `ls2`, DeiT III, DINOv2).
 """
 
 import keras
 from keras import ops
 
-from keras_vit.checks import check_count
+from keras_vit.checks import check_choice, check_count
+from keras_vit.config import ACTIVATIONS
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.gradient_boundary import gradient_boundary
+from keras_vit.layers.layer_scale import LayerScale
+
+
+def resolve_activation(activation, gelu_approximate):
+    """`(activation, gelu_approximate)` as `ViTConfig` holds them: QuickGELU has no GELU form, held False.
+
+    Layer configs of `.keras` files written before `activation` hold `gelu_approximate` alone: GELU.
+    """
+    activation = check_choice(activation, ACTIVATIONS, "activation")
+    return activation, bool(gelu_approximate) and activation == "gelu"
+
+
+def activate(x, activation, gelu_approximate):
+    """The MLP's nonlinearity: GELU (tanh or exact), or QuickGELU `x * sigmoid(1.702 x)` (CLIP's, timm's)."""
+    if activation == "quick_gelu":
+        return x * ops.sigmoid(1.702 * x)
+    return ops.gelu(x, approximate=gelu_approximate)
 
 
 def _affine(dense, rows):
@@ -28,24 +49,26 @@ def _affine(dense, rows):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Mlp(keras.layers.Layer):
-    """Dense, GELU, dropout, dense, dropout.
+    """Dense, activation (GELU), dropout, dense, dropout.
 
     Args:
         mlp_dim: int. Hidden width (4x the model width in every variant).
         dropout_rate: float. Dropout after each dense layer. Defaults to 0.
         gelu_approximate: bool. GELU by its tanh approximation (official)
             or exact (timm). Defaults to True.
+        activation: `"gelu"` or `"quick_gelu"` (CLIP's `x * sigmoid(1.702 x)`,
+            which holds `gelu_approximate` False). Defaults to `"gelu"`.
 
     Example:
     >>> tuple(Mlp(mlp_dim=32)(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
-        self.gelu_approximate = bool(gelu_approximate)
+        self.activation, self.gelu_approximate = resolve_activation(activation, gelu_approximate)
         self.dense_1 = self._dense(self.mlp_dim, "dense_1")
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
 
@@ -70,14 +93,14 @@ class Mlp(keras.layers.Layer):
         # (grappler's remapper, oneDNN) then runs matmul, bias and GELU as one kernel. It matches no other form,
         # and an unfused GELU is a sizeable share of B/16's inference in the graph (docs/performance.md).
         rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
-        hidden = ops.gelu(_affine(self.dense_1, rows), approximate=self.gelu_approximate)
+        hidden = activate(_affine(self.dense_1, rows), self.activation, self.gelu_approximate)
         hidden = self.dropout(hidden, training=training)
         outputs = ops.reshape(_affine(self.dense_2, hidden), ops.shape(inputs))
         return self.dropout(outputs, training=training)
 
     def get_config(self):
         return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,
-                "gelu_approximate": self.gelu_approximate}
+                "gelu_approximate": self.gelu_approximate, "activation": self.activation}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -95,6 +118,14 @@ class EncoderBlock(keras.layers.Layer):
             Defaults to 0.
         layer_norm_epsilon: float. Defaults to 1e-6 (the official value).
         gelu_approximate: bool. Passed to `Mlp`. Defaults to True.
+        activation: `"gelu"` or `"quick_gelu"`. Passed to `Mlp`. Defaults
+            to `"gelu"`.
+        qkv_bias: `"all"`, `"none"` or `"qv"`. Passed to
+            `MultiHeadSelfAttention`. Defaults to `"all"`.
+        layer_scale_init: None, or a float > 0: LayerScale after attention
+            (`layer_scale_1`) and after the MLP (`layer_scale_2`), each
+            `gamma` starting at this value (timm's `init_values`).
+            Defaults to None (none).
         relative_position, grid_size, num_prefix_tokens, interpolation:
             passed to `MultiHeadSelfAttention`.
         remat: bool. In training, recompute the block in the backward pass
@@ -136,6 +167,9 @@ class EncoderBlock(keras.layers.Layer):
         interpolation="bilinear",
         remat=False,
         output_tokens=None,
+        activation="gelu",
+        qkv_bias="all",
+        layer_scale_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -150,7 +184,9 @@ class EncoderBlock(keras.layers.Layer):
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.drop_path_rate = float(drop_path_rate)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.gelu_approximate = bool(gelu_approximate)
+        self.activation, self.gelu_approximate = resolve_activation(activation, gelu_approximate)
+        self.qkv_bias = qkv_bias
+        self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
         self.relative_position = relative_position
         self.grid_size = grid_size
         self.num_prefix_tokens = num_prefix_tokens
@@ -166,6 +202,7 @@ class EncoderBlock(keras.layers.Layer):
             grid_size=grid_size,
             num_prefix_tokens=num_prefix_tokens,
             interpolation=interpolation,
+            qkv_bias=qkv_bias,
             dtype=policy,
             name="attention",
         )
@@ -173,11 +210,14 @@ class EncoderBlock(keras.layers.Layer):
         self.norm_2 = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm_2"
         )
-        self.mlp = Mlp(mlp_dim, dropout_rate, self.gelu_approximate, dtype=policy, name="mlp")
+        self.mlp = Mlp(mlp_dim, dropout_rate, self.gelu_approximate, self.activation, dtype=policy, name="mlp")
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy, name="drop_path")
+        # Named as norm_1 / norm_2; timm's ls1.gamma / ls2.gamma.
+        self.layer_scales = [] if self.layer_scale_init is None else [
+            LayerScale(self.layer_scale_init, dtype=policy, name=f"layer_scale_{i}") for i in (1, 2)]
 
     def build(self, input_shape):
-        for layer in (self.norm_1, self.attention, self.norm_2, self.mlp):
+        for layer in (self.norm_1, self.attention, self.norm_2, self.mlp, *self.layer_scales):
             layer.build(input_shape)
 
     def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
@@ -228,10 +268,14 @@ class EncoderBlock(keras.layers.Layer):
             attended, scores = attended
         attended = self.dropout(attended, training=training)
         residual = inputs if self.output_tokens is None else inputs[:, : self.output_tokens]
-        x = residual + self.drop_path(attended, training=training, rate=drop_path_rate)
-        branch = self.mlp(self.norm_2(x), training=training)
+        x = residual + self.drop_path(self._scaled(0, attended), training=training, rate=drop_path_rate)
+        branch = self._scaled(1, self.mlp(self.norm_2(x), training=training))
         x = x + self.drop_path(branch, training=training, rate=drop_path_rate)
         return (x, scores) if return_attention_scores else x
+
+    def _scaled(self, index, branch):
+        """Residual branch `index` (0: attention, 1: MLP) times its LayerScale, if the block has them."""
+        return self.layer_scales[index](branch) if self.layer_scales else branch
 
     def get_config(self):
         return {
@@ -249,4 +293,7 @@ class EncoderBlock(keras.layers.Layer):
             "interpolation": self.interpolation,
             "remat": self.remat,
             "output_tokens": self.output_tokens,
+            "activation": self.activation,
+            "qkv_bias": self.qkv_bias,
+            "layer_scale_init": self.layer_scale_init,
         }

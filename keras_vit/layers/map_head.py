@@ -20,7 +20,7 @@ import keras
 from keras import ops
 
 from keras_vit.checks import check_count
-from keras_vit.layers.encoder_block import Mlp
+from keras_vit.layers.encoder_block import Mlp, resolve_activation
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -36,6 +36,8 @@ class MAPHead(keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to 1e-6 (big_vision's).
         gelu_approximate: bool. GELU of the MLP by its tanh approximation
             (big_vision) or exact. Defaults to True.
+        activation: `"gelu"` or `"quick_gelu"`: the MLP's (`Mlp`). Defaults
+            to `"gelu"`.
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -51,16 +53,17 @@ class MAPHead(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, mlp_dim, num_prefix_tokens=0, layer_norm_epsilon=1e-6, gelu_approximate=True,
-                 **kwargs):
+                 activation="gelu", **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_count(num_heads, "num_heads", minimum=1)
         self.mlp_dim = check_count(mlp_dim, "mlp_dim", minimum=1)
         self.num_prefix_tokens = check_count(num_prefix_tokens, "num_prefix_tokens")
         self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.gelu_approximate = bool(gelu_approximate)
+        self.activation, self.gelu_approximate = resolve_activation(activation, gelu_approximate)
         policy = self.dtype_policy
         self.norm = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm")
-        self.mlp = Mlp(self.mlp_dim, gelu_approximate=self.gelu_approximate, dtype=policy, name="mlp")
+        self.mlp = Mlp(self.mlp_dim, gelu_approximate=self.gelu_approximate, activation=self.activation, dtype=policy,
+                       name="mlp")
 
     def build(self, input_shape):
         if len(input_shape) != 3 or input_shape[-1] is None:
@@ -114,4 +117,4 @@ class MAPHead(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_heads": self.num_heads, "mlp_dim": self.mlp_dim,
                 "num_prefix_tokens": self.num_prefix_tokens, "layer_norm_epsilon": self.layer_norm_epsilon,
-                "gelu_approximate": self.gelu_approximate}
+                "gelu_approximate": self.gelu_approximate, "activation": self.activation}

@@ -11,7 +11,7 @@ a CNN feature map (the hybrid models of Section 3.1).
 import keras
 from keras import ops
 
-from keras_vit.checks import to_pair
+from keras_vit.checks import check_bool, to_pair
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -24,6 +24,8 @@ class PatchEmbedding(keras.layers.Layer):
         kernel_initializer: initializer for the `(p, p, channels, hidden)`
             kernel. Defaults to `"lecun_normal"` (Flax's default).
         bias_initializer: initializer for the bias. Defaults to `"zeros"`.
+        use_bias: bool. Whether the projection has a bias (CLIP's has
+            none). Defaults to True.
 
     Call arguments:
         inputs: `(batch, height, width, channels)` images or feature maps, of
@@ -44,6 +46,7 @@ class PatchEmbedding(keras.layers.Layer):
         hidden_size=768,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
+        use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -55,6 +58,7 @@ class PatchEmbedding(keras.layers.Layer):
         self.hidden_size = int(hidden_size)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.use_bias = check_bool(use_bias, "use_bias")
 
     def build(self, input_shape):
         if len(input_shape) != 4:
@@ -76,9 +80,11 @@ class PatchEmbedding(keras.layers.Layer):
             shape=(*self.patch_size, channels, self.hidden_size),
             initializer=self.kernel_initializer,
         )
-        self.bias = self.add_weight(
-            name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
-        )
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias", shape=(self.hidden_size,), initializer=self.bias_initializer
+            )
 
     def _check_divisible(self, shape):
         for size, patch, axis in zip(shape[1:3], self.patch_size, ("height", "width"), strict=True):
@@ -118,7 +124,7 @@ class PatchEmbedding(keras.layers.Layer):
             return ops.zeros(empty, self.compute_dtype)
         inputs = ops.cast(self._checked_when_run(inputs), self.compute_dtype)
         patches = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
-        return patches + self.bias
+        return patches if self.bias is None else patches + self.bias
 
     def compute_output_shape(self, input_shape):
         grid = [
@@ -134,4 +140,5 @@ class PatchEmbedding(keras.layers.Layer):
             "hidden_size": self.hidden_size,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "use_bias": self.use_bias,
         }

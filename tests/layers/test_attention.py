@@ -212,3 +212,43 @@ def test_fused_attention_on_a_gpu_is_as_close_to_float32_as_the_matmuls():
         fused, matmuls = (np.linalg.norm(run[name] - exact_value) / np.linalg.norm(exact_value)
                           for run in (fused_run, matmul_run))
         assert fused < 3e-2 and fused < 1.5 * matmuls + 1e-3, (name, fused, matmuls)
+
+
+@pytest.mark.parametrize("qkv_bias", ["none", "qv"])
+def test_standard_checks_without_biases(tmp_path, qkv_bias):
+    assert check_layer(MultiHeadSelfAttention(2, qkv_bias=qkv_bias), tmp_path, X).shape == X.shape
+
+
+@pytest.mark.parametrize("qkv_bias, biases", [("all", {"query_bias", "key_bias", "value_bias"}),
+                                               ("qv", {"query_bias", "value_bias"}), ("none", set())])
+def test_qkv_bias_says_which_projections_have_a_bias_weight(qkv_bias, biases):
+    layer = MultiHeadSelfAttention(num_heads=2, qkv_bias=qkv_bias)
+    layer.build(X.shape)
+    names = {v.name for v in layer.weights}
+    assert {name for name in names if name.endswith("_bias")} == biases | {"output_bias"}
+
+
+@pytest.mark.parametrize("qkv_bias", ["none", "qv"])
+def test_a_missing_bias_computes_as_a_zero_bias(qkv_bias):
+    """EVA/BEiT's q/v bias: the key's bias is a fixed zero, so the layer is the full one with key_bias = 0."""
+    layer = MultiHeadSelfAttention(num_heads=2, qkv_bias=qkv_bias)
+    layer.build(X.shape)
+    randomize_weights(layer)
+    weights = _weights(layer)
+    full = MultiHeadSelfAttention(num_heads=2)
+    full.build(X.shape)
+    for variable in full.weights:
+        variable.assign(weights.get(variable.name, np.zeros(variable.shape)))
+    out, scores = layer(X, return_attention_scores=True)
+    expected, expected_scores = reference.attention(X.astype(np.float64), weights)
+    np.testing.assert_allclose(np.asarray(out), expected, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(scores), expected_scores, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(full(X)), atol=1e-6)
+    if qkv_bias == "qv":  # the query and value biases it keeps count
+        full.value_bias.assign(np.zeros(full.value_bias.shape))
+        assert np.abs(np.asarray(full(X)) - np.asarray(out)).max() > 1e-2
+
+
+def test_qkv_bias_is_checked():
+    with pytest.raises(ValueError, match=r"`qkv_bias` must be one of \('all', 'none', 'qv'\); received qkv_bias=False"):
+        MultiHeadSelfAttention(2, qkv_bias=False)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_vit.layers import EncoderBlock, Mlp
+from keras_vit.layers import EncoderBlock, LayerScale, MAPHead, Mlp
 from tests import reference
 from tests.layer_checks import check_layer, randomize_weights
 
@@ -113,3 +113,71 @@ def test_seed_generators_are_every_random_draw_of_the_block(rates, count):
     states = {id(g.state) for g in block.seed_generators()}
     assert len(states) == count
     assert states == {id(v) for v in block.non_trainable_variables}  # every seed state Keras tracks in the block
+
+
+OPTIONS = dict(activation="quick_gelu", qkv_bias="qv", layer_scale_init=0.1)
+
+
+def test_standard_checks_with_every_block_option(tmp_path):
+    block = EncoderBlock(2, 16, dropout_rate=0.1, **OPTIONS)
+    assert check_layer(block, tmp_path, X).shape == X.shape
+    assert {w.path.split("/", 1)[1] for w in block.weights} >= {"layer_scale_1/gamma", "layer_scale_2/gamma"}
+    assert check_layer(LayerScale(1e-5), tmp_path, X).shape == X.shape
+
+
+@pytest.mark.parametrize("options", [dict(layer_scale_init=0.1), dict(gelu_approximate=False), OPTIONS])
+def test_block_options_match_the_reference(options):
+    """LayerScale multiplies each branch by its own gamma (timm's ls1/ls2) before the residual sum."""
+    block = EncoderBlock(num_heads=2, mlp_dim=16, **options)
+    block.build(X.shape)
+    randomize_weights(block)
+    weights = reference.block_weights(block)
+    activation = options.get("activation", "gelu_tanh" if options.get("gelu_approximate", True) else "gelu")
+    expected = reference.encoder_block(X.astype(np.float64), weights, activation=activation)
+    np.testing.assert_allclose(np.asarray(block(X)), expected, atol=1e-5)
+    if "layer_scale_init" in options:  # the gammas count: without them the reference computes something else
+        unscaled = {k: v for k, v in weights.items() if not k.startswith("layer_scale")}
+        assert np.abs(reference.encoder_block(X.astype(np.float64), unscaled, activation=activation)
+                      - expected).max() > 1e-2
+
+
+def test_layer_scale_starts_at_its_init_value_and_multiplies():
+    block = EncoderBlock(num_heads=2, mlp_dim=16, layer_scale_init=1e-5)
+    block.build(X.shape)
+    for scale in block.layer_scales:
+        np.testing.assert_array_equal(scale.gamma.numpy(), np.full((8,), 1e-5, "float32"))
+    gamma = np.arange(1, 9, dtype="float32")
+    scale = LayerScale(0.5)
+    scale.build(X.shape)
+    scale.gamma.assign(gamma)
+    np.testing.assert_array_equal(np.asarray(scale(X)), X * gamma)
+    with pytest.raises(ValueError, match=r"`init_value` must be a float in \(0.0, inf\); received init_value=0"):
+        LayerScale(0)
+
+
+def test_quick_gelu_is_x_times_sigmoid_of_1_702_x():
+    mlp = Mlp(16, activation="quick_gelu")
+    mlp.build(X.shape)
+    randomize_weights(mlp, scale=1.0)
+    w = {f"{v.path.split('/')[-2]}/{v.name}": v.numpy().astype(np.float64) for v in mlp.weights}
+    hidden = X @ w["dense_1/kernel"] + w["dense_1/bias"]
+    quick = (hidden / (1 + np.exp(-1.702 * hidden))) @ w["dense_2/kernel"] + w["dense_2/bias"]
+    np.testing.assert_allclose(np.asarray(mlp(X)), quick, atol=1e-5)
+    tanh = reference.gelu_tanh(hidden) @ w["dense_2/kernel"] + w["dense_2/bias"]
+    assert np.abs(np.asarray(mlp(X)) - tanh).max() > 1e-2  # a GELU would differ
+    assert (mlp.activation, mlp.gelu_approximate) == ("quick_gelu", False)
+
+
+def test_layer_configs_of_older_files_keep_their_activation():
+    """Before `activation`, Mlp, EncoderBlock and MAPHead configs held `gelu_approximate` alone: GELU."""
+    for approximate in (True, False):
+        mlp = Mlp.from_config({"mlp_dim": 16, "dropout_rate": 0.0, "gelu_approximate": approximate})
+        block = EncoderBlock.from_config({"num_heads": 2, "mlp_dim": 16, "gelu_approximate": approximate})
+        head = MAPHead.from_config({"num_heads": 2, "mlp_dim": 16, "gelu_approximate": approximate})
+        for layer in (mlp, block.mlp, head.mlp):
+            assert (layer.activation, layer.gelu_approximate) == ("gelu", approximate)
+    quick = EncoderBlock(2, 16, gelu_approximate=True, activation="quick_gelu")
+    assert quick.gelu_approximate is quick.mlp.gelu_approximate is False  # QuickGELU has no GELU form
+    with pytest.raises(ValueError, match=r"`activation` must be one of \('gelu', 'quick_gelu'\); received "
+                                         r"activation='relu'"):
+        Mlp(16, activation="relu")

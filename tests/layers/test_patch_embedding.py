@@ -67,3 +67,17 @@ def test_bad_arguments():
         PatchEmbedding(patch_size=0)
     with pytest.raises(ValueError, match="received hidden_size=0"):
         PatchEmbedding(hidden_size=0)
+
+
+def test_a_projection_without_bias(tmp_path):
+    """CLIP's patch projection has no bias: no weight, and the convolution alone."""
+    images = np.random.default_rng(1).uniform(-1, 1, (2, 8, 12, 3)).astype("float32")
+    out = check_layer(PatchEmbedding(patch_size=4, hidden_size=8, use_bias=False), tmp_path, images)
+    layer = PatchEmbedding(patch_size=4, hidden_size=8, use_bias=False)
+    layer.build(images.shape)
+    assert [v.name for v in layer.weights] == ["kernel"] and out.shape == (2, 2, 3, 8)
+    kernel = layer.kernel.numpy()
+    patches = images.reshape(2, 2, 4, 3, 4, 3).transpose(0, 1, 3, 2, 4, 5)  # (batch, row, col, ph, pw, channels)
+    np.testing.assert_allclose(np.asarray(layer(images)), np.einsum("brcijk,ijkd->brcd", patches, kernel), atol=1e-5)
+    with pytest.raises(ValueError, match=r"`use_bias` must be a bool; received use_bias=0"):
+        PatchEmbedding(use_bias=0)

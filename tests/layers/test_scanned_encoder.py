@@ -264,3 +264,20 @@ def test_bad_blocks_and_indices_are_refused():
         scanned.load_blocks([*blocks[:2], wider])
     with pytest.raises(ValueError, match="must be built EncoderBlocks"):
         ScannedEncoder.stack([])
+
+
+def test_block_options_scan_as_the_blocks_they_stack():
+    """LayerScale's gammas stack as any block weight; q/v bias and QuickGELU run in the loop's block."""
+    scanned, blocks = scanned_and_blocks(layer_scale_init=0.1, qkv_bias="qv", activation="quick_gelu")
+    shapes = {w.name: tuple(w.shape) for w in scanned.weights}
+    assert shapes["layer_scale_1-gamma"] == shapes["layer_scale_2-gamma"] == (3, 8)
+    assert "attention-key_bias" not in shapes
+    expected = np.asarray(run_blocks(blocks, X))
+    np.testing.assert_allclose(np.asarray(scanned(X)), expected, atol=1e-6)
+    compiled = tf.function(lambda x: scanned(x), jit_compile=True)
+    np.testing.assert_allclose(np.asarray(compiled(X)), expected, atol=1e-5)
+    # Each block's gamma slice starts at the init value.
+    fresh = ScannedEncoder(3, {**CONFIG, "layer_scale_init": 0.1})
+    fresh.build(X.shape)
+    gamma = next(w for w in fresh.weights if w.name == "layer_scale_2-gamma").numpy()
+    np.testing.assert_array_equal(gamma, np.full((3, 8), 0.1, "float32"))
