@@ -101,12 +101,26 @@ class ViTConfig:
                                 "'bilinear' (corner-aligned, official) or 'bicubic' (timm's).", choices=INTERPOLATIONS)
     dynamic_image_size: bool = _field(False, RESOLUTION, "Accept any resolution at call time (tables resampled in "
                                       "the graph).")
+    patch_bias: bool = _field(True, ARCHITECTURE, "Whether the patch projection has a bias (CLIP's has none).")
+    norm_pre: bool = _field(False, ARCHITECTURE, "A LayerNorm on the token sequence after the positions and before "
+                            "the first block (timm's norm_pre, CLIP's ln_pre).")
 
     # --- blocks
     layer_norm_epsilon: float = _field(1e-6, CONVENTION, "LayerNorm epsilon (1e-6 in the official code and timm).",
                                        low=0.0, low_open=True)
     gelu_approximate: bool = _field(True, CONVENTION, "GELU by its tanh approximation (Flax's default, the official "
-                                    "checkpoints) or exact (erf; PyTorch's default, timm's checkpoints).")
+                                    "checkpoints) or exact (erf; PyTorch's default, timm's checkpoints); held False "
+                                    "with activation='quick_gelu', which has no GELU.")
+    # A field beside gelu_approximate, not a third value of it (nor a choice it follows): older configs and files,
+    # and an override of gelu_approximate alone (from_checkpoint's, the trainer's flag), keep their one meaning.
+    activation: str = _field("gelu", CONVENTION, "The MLP's activation: 'gelu' (in the form gelu_approximate says) "
+                             "or 'quick_gelu' (CLIP's x * sigmoid(1.702 x), timm's act_layer='quick_gelu').",
+                             choices=ACTIVATIONS)
+    qkv_bias: str = _field("all", ARCHITECTURE, "Which attention projections have a bias: 'all' (official), 'none', "
+                           "or 'qv' (EVA/BEiT: query and value; the key's is a fixed zero).", choices=QKV_BIASES)
+    layer_scale_init: float = _field(None, ARCHITECTURE, "LayerScale (timm's init_values; DeiT III, DINOv2): each "
+                                     "residual branch multiplied by a learned per-channel scale starting at this "
+                                     "value; None for none.", low=0.0, low_open=True, optional=True)
     dropout_rate: float = _field(0.0, TRAINING, "Dropout after embeddings, attention and in the MLPs.",
                                  low=0.0, high=1)
     attention_dropout_rate: float = _field(0.0, TRAINING, "Dropout on attention weights.", low=0.0, high=1)
@@ -143,6 +157,8 @@ class ViTConfig:
             object.__setattr__(self, "class_token", self.classifier == "token")
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, _checked(field, getattr(self, field.name), self.channels))
+        if self.activation == "quick_gelu":  # one config per function: a QuickGELU model's configs compare equal
+            object.__setattr__(self, "gelu_approximate", False)
         self._check_combinations()
 
     def _check_combinations(self):

@@ -251,7 +251,8 @@ def patch_grid(config, images):
     if config.resnet_num_layers is not None:
         features = vit_layers.ResNetStem(config.resnet_num_layers, config.resnet_width_factor,
                                          name="resnet_stem")(images)
-    return vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, name="patch_embedding")(features)
+    return vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, use_bias=config.patch_bias,
+                                     name="patch_embedding")(features)
 
 
 def token_sequence(config, patches):
@@ -285,7 +286,9 @@ def _prefix_tokens(config, patches):
 
 
 def encode(config, tokens):
-    """The encoder blocks, unrolled or as one `ScannedEncoder`."""
+    """[LayerNorm "norm_pre"], then the encoder blocks, unrolled or as one `ScannedEncoder`."""
+    if config.norm_pre:  # after the positions and their dropout, as timm's norm_pre and CLIP's ln_pre
+        tokens = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="norm_pre")(tokens)
     relative = config.position_embedding if positions.get(config.position_embedding).biases_attention else None
     block_config = dict(
         num_heads=config.num_heads,
@@ -294,6 +297,9 @@ def encode(config, tokens):
         attention_dropout_rate=config.attention_dropout_rate,
         layer_norm_epsilon=config.layer_norm_epsilon,
         gelu_approximate=config.gelu_approximate,
+        activation=config.activation,
+        qkv_bias=config.qkv_bias,
+        layer_scale_init=config.layer_scale_init,
         relative_position=relative,
         grid_size=config.grid_size if relative else None,
         num_prefix_tokens=config.num_prefix_tokens,
@@ -317,7 +323,8 @@ def _pool(config, tokens, pooling):
     mode = {None: config.classifier, "token": "token", "avg": "gap", "max": "max"}[pooling]
     if mode == "map":  # big_vision's MAP head: a learned probe attends over the patch tokens
         features = vit_layers.MAPHead(config.num_heads, config.mlp_dim, config.num_prefix_tokens,
-                                      config.layer_norm_epsilon, config.gelu_approximate, name="map_head")(tokens)
+                                      config.layer_norm_epsilon, config.gelu_approximate, config.activation,
+                                      name="map_head")(tokens)
     else:
         features = vit_layers.SequencePooling(mode, config.num_prefix_tokens, name="pooling")(tokens)
     if config.distilled and pooling is None:  # DeiT: the distillation token's vector beside the class token's
@@ -361,7 +368,8 @@ def ViT(
     """Builds a Vision Transformer from a `ViTConfig` and/or its fields.
 
         image -> [ResNetStem] -> PatchEmbedding -> [ClassToken [DistillationToken | RegisterTokens]]
-              -> PositionEmbedding -> Dropout -> EncoderBlock x num_layers (or one ScannedEncoder)
+              -> PositionEmbedding -> Dropout -> [LayerNorm "norm_pre"]
+              -> EncoderBlock x num_layers (or one ScannedEncoder)
               -> LayerNorm "encoder_norm" -> SequencePooling (or MAPHead "map_head", `classifier="map"`)
               -> [LayerNorm "fc_norm"] -> [Dense tanh "pre_logits"] -> Dense "head"
               (DeiT, `distilled=True`: the distillation token's Dense "head_dist" beside it, averaged)

@@ -40,13 +40,14 @@ def test_a_config_is_built_and_checked_without_a_framework():
 def test_the_role_tuples_are_the_fields_of_each_role():
     assert set(vit_config.CONVENTION_FIELDS) == {
         "classifier", "class_token", "distilled", "no_embed_class", "position_embedding", "gelu_approximate",
-        "fc_norm", "layer_norm_epsilon", "input_mean", "input_std"}
+        "activation", "fc_norm", "layer_norm_epsilon", "input_mean", "input_std"}
     assert set(vit_config.DATA_FIELDS) == {"classes", "channels"}
     assert set(vit_config.TRAINING_FIELDS) == {
         "dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat"}
     assert vit_config.PAIRS == ("patch_size", "image_size")
     assert vit_config.PER_CHANNEL == ("input_mean", "input_std")
-    assert {"hidden_size", "mlp_dim", "num_heads", "num_layers", "patch_size"} <= {
+    assert {"hidden_size", "mlp_dim", "num_heads", "num_layers", "patch_size", "qkv_bias", "layer_scale_init",
+            "patch_bias", "norm_pre"} <= {
         name for name, field in FIELDS.items() if field.metadata["role"] == vit_config.ARCHITECTURE}
 
 
@@ -100,3 +101,43 @@ def test_a_field_without_help_or_role_is_a_programming_error():
 def test_output_stride_of_the_resnet_stem(layers, stride):
     assert vit_config.output_stride(layers) == stride
     assert ViTConfig(patch_size=1, image_size=64, resnet_num_layers=layers).token_size == (stride, stride)
+
+
+# The fields before LayerScale, norm_pre, patch_bias, activation and qkv_bias, as a file of then stores them.
+OLD_FIELDS = ("patch_size", "hidden_size", "mlp_dim", "num_heads", "num_layers", "image_size", "channels", "classifier",
+              "class_token", "distilled", "num_register_tokens", "position_embedding", "no_embed_class",
+              "interpolation", "dynamic_image_size", "layer_norm_epsilon", "gelu_approximate", "dropout_rate",
+              "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat", "fc_norm", "representation_size",
+              "classes", "resnet_num_layers", "resnet_width_factor", "input_mean", "input_std")
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_a_config_of_an_older_file_reads_as_it_was(approximate):
+    old = {name: value for name, value in ViTConfig(gelu_approximate=approximate).to_dict().items()
+           if name in OLD_FIELDS}
+    assert set(old) == set(OLD_FIELDS)
+    config = ViTConfig.from_dict(old)
+    assert (config.activation, config.gelu_approximate) == ("gelu", approximate)
+    # The new blocks are off: the official model, its weights and numerics.
+    assert (config.qkv_bias, config.layer_scale_init, config.patch_bias, config.norm_pre) == ("all", None, True, False)
+    assert ViTConfig.from_dict(config.to_dict()) == config
+
+
+def test_quick_gelu_holds_gelu_approximate_false():
+    """QuickGELU has no GELU form: one config per function, so a file and a model that compute alike agree."""
+    quick = ViTConfig(activation="quick_gelu")
+    assert quick.gelu_approximate is False and quick == ViTConfig(activation="quick_gelu", gelu_approximate=False)
+    assert quick.replace(activation="gelu").gelu_approximate is False  # what it held
+    assert vit_config.differing_conventions(ViTConfig(), quick) == ["gelu_approximate", "activation"]
+    assert vit_config.differing_conventions(ViTConfig(gelu_approximate=False), quick) == ["activation"]
+    # gelu_approximate keeps its one meaning: overriding it alone (a checkpoint's, a flag) changes the GELU form.
+    assert vit_config.differing_conventions(ViTConfig(), ViTConfig(gelu_approximate=False)) == ["gelu_approximate"]
+
+
+def test_the_block_options_are_checked():
+    assert ViTConfig(layer_scale_init=1e-5).layer_scale_init == 1e-5
+    with pytest.raises(ValueError, match=r"`layer_scale_init` must be a float in \(0.0, inf\); received "
+                                         r"layer_scale_init=0"):
+        ViTConfig(layer_scale_init=0)  # timm's init_values=0 is no LayerScale: here that is None
+    with pytest.raises(ValueError, match=r"`qkv_bias` must be one of \('all', 'none', 'qv'\); received qkv_bias=True"):
+        ViTConfig(qkv_bias=True)

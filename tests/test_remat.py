@@ -32,8 +32,11 @@ STOCHASTIC = dict(dropout_rate=0.2, attention_dropout_rate=0.2, drop_path_rate=0
 
 
 @pytest.mark.parametrize("fields, jit_compile",
-                         [(STOCHASTIC, False), (STOCHASTIC, True), (dict(scan_layers=True), False)],
-                         ids=["unrolled-stochastic", "unrolled-stochastic-xla", "scanned"])
+                         [(STOCHASTIC, False), (STOCHASTIC, True), (dict(scan_layers=True), False),
+                          (dict(STOCHASTIC, layer_scale_init=0.5), False),
+                          (dict(scan_layers=True, layer_scale_init=0.5), False)],
+                         ids=["unrolled-stochastic", "unrolled-stochastic-xla", "scanned", "layer-scale-stochastic",
+                              "layer-scale-scanned"])
 def test_remat_gives_the_same_gradients(fields, jit_compile):
     plain, recomputed = _gradients(False, jit_compile, **fields), _gradients(True, jit_compile, **fields)
     assert max(np.abs(g).max() for g in plain) > 0.1

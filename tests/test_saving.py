@@ -45,3 +45,43 @@ def test_a_checkpoint_is_built_from_its_file_with_the_head_asked_for(tmp_path):
     np.testing.assert_allclose(probabilities, np.asarray(keras.ops.softmax(model(IMAGES))), atol=1e-6)
     bigger = keras_vit.load_model(path, image_size=16)
     assert bigger.vit_config.image_size == (16, 16)
+
+
+# Every block option of issue 50 on at once (LayerScale, norm_pre, no patch bias, QuickGELU, q/v bias).
+BLOCK_OPTIONS = dict(layer_scale_init=0.1, norm_pre=True, patch_bias=False, activation="quick_gelu", qkv_bias="qv")
+
+
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_a_keras_file_with_every_block_option_loads_bit_for_bit(tmp_path, scan_layers):
+    model = keras_vit.ViT(**TINY, **BLOCK_OPTIONS, scan_layers=scan_layers)
+    randomize_weights(model)
+    model.save(tmp_path / "m.keras")
+    loaded = keras_vit.load_model(tmp_path / "m.keras")
+    assert loaded.vit_config == model.vit_config and loaded.vit_config.layer_scale_init == 0.1
+    assert [w.path for w in loaded.weights] == [w.path for w in model.weights]
+    for saved, read in zip(model.weights, loaded.weights, strict=True):
+        np.testing.assert_array_equal(read.numpy(), saved.numpy())
+    np.testing.assert_array_equal(np.asarray(loaded(IMAGES)), np.asarray(model(IMAGES)))
+
+
+@pytest.mark.parametrize("option, name", [(dict(layer_scale_init=0.1), r"LayerScale \(layer_scale_init\)"),
+                                          (dict(norm_pre=True), r"a LayerNorm before the blocks \(norm_pre\)")])
+def test_an_npz_refuses_the_options_it_has_no_key_for_by_name(tmp_path, option, name):
+    model = keras_vit.ViT(**TINY, **option)
+    with pytest.raises(ValueError, match=rf"checkpoint formats do not hold {name} yet"):
+        keras_vit.save_npz(model, tmp_path / "m.npz")
+    assert not list(tmp_path.iterdir())  # nothing written
+    official = keras_vit.save_npz(keras_vit.ViT(**TINY), tmp_path / "official.npz")
+    with pytest.raises(ValueError, match=rf"checkpoint formats do not hold {name} yet"):
+        keras_vit.ViT(**TINY, **option, weights=official)
+
+
+def test_an_npz_holds_the_options_without_weights_in_its_stored_config(tmp_path):
+    """No patch bias, q/v bias and QuickGELU leave weights out or change none: the file's ViTConfig says them."""
+    options = {key: BLOCK_OPTIONS[key] for key in ("patch_bias", "activation", "qkv_bias")}
+    model = keras_vit.ViT(**TINY, **options, classifier_activation=None)
+    randomize_weights(model)
+    path = keras_vit.save_npz(model, tmp_path / "m.npz")
+    loaded = keras_vit.load_model(path, classifier_activation=None)
+    assert loaded.vit_config == model.vit_config
+    np.testing.assert_allclose(np.asarray(loaded(IMAGES)), np.asarray(model(IMAGES)), atol=1e-6)
