@@ -54,3 +54,16 @@ def test_the_defaults_build_the_official_model_weight_for_weight():
     assert (config.activation, config.gelu_approximate, config.qkv_bias) == ("gelu", True, "all")
     mlp = model.get_layer(block_name(1)).mlp
     assert (mlp.activation, mlp.gelu_approximate) == ("gelu", True)
+
+
+def test_the_last_block_trim_and_the_attention_maps_take_every_option():
+    """The class-token trim of the last block scales its one token's branches too; analysis reads the blocks
+    behind norm_pre, unrolled and scanned."""
+    model = keras_vit.ViT(**TINY, **OPTIONS)
+    randomize_weights(model)
+    np.testing.assert_allclose(np.asarray(keras_vit.trim_last_block(model)(IMAGES)), np.asarray(model(IMAGES)),
+                               atol=1e-6)
+    scanned = keras_vit.ViT(**TINY, **OPTIONS, scan_layers=True)
+    maps = [np.asarray(keras_vit.analysis.attention_maps(m, IMAGES)) for m in (model, scanned)]
+    assert maps[0].shape == maps[1].shape == (2, 2, 2, 5, 5)  # per block (batch, heads, tokens, tokens)
+    np.testing.assert_allclose(maps[0].sum(-1), 1.0, atol=1e-5)
