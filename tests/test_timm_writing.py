@@ -57,7 +57,11 @@ def test_keras_vit_models_round_trip(tmp_path, fields):
 def test_models_timm_cannot_represent_are_refused(tmp_path):
     for fields, message in ((dict(representation_size=16), r"representation_size=16"),
                             (dict(position_embedding="learned_2d"), r"position_embedding='learned_2d'"),
-                            (dict(layer_norm_epsilon=1e-5), r"layer_norm_epsilon=1e-05")):
+                            (dict(layer_norm_epsilon=1e-5), r"layer_norm_epsilon=1e-05"),
+                            # Written anyway, they read back as another function, or not at all.
+                            (dict(activation="quick_gelu"), r"activation='quick_gelu'"),
+                            (dict(qkv_bias="qv"), r"qkv_bias='qv' \(timm: 'all'\)"),
+                            (dict(patch_bias=False), r"patch_bias=False")):
         with pytest.raises(ValueError, match=r"timm's VisionTransformer cannot represent this model: .*" + message):
             checkpoints.save_timm(keras_vit.ViT(**SMALL, **fields), str(tmp_path / "x"))
     assert not os.path.exists(tmp_path / "x")

@@ -345,7 +345,8 @@ def _check_writable(config, labels):
     problems = [f"{name}={getattr(config, name)!r} (transformers: {value!r})" for name, value in (
         ("classifier", "token"), ("class_token", True), ("num_register_tokens", 0),
         ("position_embedding", "learned_1d"), ("no_embed_class", False), ("fc_norm", False),
-        ("resnet_num_layers", None)) if getattr(config, name) != value]
+        ("resnet_num_layers", None), ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True))
+        if getattr(config, name) != value]
     if config.representation_size and config.classes:
         problems.append(f"representation_size={config.representation_size} with a head (transformers has a "
                         "pre_logits layer only as ViTModel's pooler, without a head)")

@@ -643,7 +643,9 @@ def write(model, directory):
     if config is None:
         raise ValueError(f"The model {model.name!r} carries no ViTConfig; build it with keras_vit.ViT")
     problems = [f"{name}={getattr(config, name)!r} (timm: {value!r})" for name, value in (
-        ("representation_size", None), ("resnet_num_layers", None), ("layer_norm_epsilon", 1e-6))
+        ("representation_size", None), ("resnet_num_layers", None), ("layer_norm_epsilon", 1e-6),
+        # Written as plain timm ViT weights, these would read back as another function (timm's flags not written).
+        ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True))
         if getattr(config, name) != value]
     if config.position_embedding not in ("learned_1d", "none"):
         problems.append(f"position_embedding={config.position_embedding!r} (timm: 'learned_1d' or 'none')")
