@@ -66,8 +66,7 @@ def plan(name, overrides, model_dir=None, eval_every=None):
             default = recipes.RECIPES[name]
             warmup = round(recipe.train_steps * default.warmup_steps / default.train_steps)
             notes.append(f"warmup_steps={warmup}: the recipe's {recipe.warmup_steps} is not fewer than "
-                         f"train_steps={recipe.train_steps} ({default.warmup_steps / default.train_steps:.1%} of the "
-                         "run, as in the recipe)")
+                         f"train_steps={recipe.train_steps} (the recipe's share of its run)")
             recipe = recipe.replace(warmup_steps=warmup)
     found = recipes.problems(recipe)
     problems.extend(found)
