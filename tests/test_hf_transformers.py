@@ -7,6 +7,7 @@ with their outputs); keras_vit reads them without torch or transformers.
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -192,3 +193,67 @@ def test_unknown_tensors_are_refused(tmp_path):
     write_safetensors(directory / "model.safetensors", tensors)
     with pytest.raises(ValueError, match=r"tensors keras_vit's ViT has no place for: \['decoder\.0\.weight'\]"):
         checkpoints.config_from_checkpoint(directory)
+
+
+def test_a_family_keras_vit_does_not_read_is_refused_by_its_model_type(tmp_path):
+    directory = _copy(tmp_path)
+    _edit_config(directory, model_type="swin")
+    with pytest.raises(ValueError, match=r"config\.json: model_type='swin'; keras_vit reads transformers model_type"):
+        checkpoints.config_from_checkpoint(directory)
+
+
+def test_a_lone_model_safetensors_asks_for_its_folder(tmp_path):
+    place = tmp_path / "model.safetensors"
+    shutil.copy(os.path.join(FIXTURES, "vit_classifier", "model.safetensors"), place)
+    with pytest.raises(ValueError, match=r"model\.safetensors holds transformers ViT/DeiT tensors .* expected its "
+                                         r"folder, with the config\.json beside model\.safetensors .* no config\.json"):
+        checkpoints.config_from_checkpoint(place)
+
+
+def test_a_classifier_without_its_whole_head_is_refused(tmp_path):
+    for case, drop, architectures in (("vit_classifier", ("classifier.bias",), None),
+                                      ("vit_classifier", ("classifier.weight", "classifier.bias"), None),
+                                      ("deit_teacher", ("distillation_classifier.bias",), None),
+                                      ("vit_classifier", ("classifier.weight", "classifier.bias"),
+                                       ["ViTForImageClassification"])):
+        directory = _copy(tmp_path, case)
+        tensors = read_safetensors(directory / "model.safetensors")
+        write_safetensors(directory / "model.safetensors", {k: v for k, v in tensors.items() if k not in drop})
+        if architectures:
+            _edit_config(directory, architectures=architectures)
+        with pytest.raises(ValueError, match=rf"{case}: a \w+ .* expected the tensors \[{re.escape(repr(drop[0]))}"):
+            checkpoints.config_from_checkpoint(directory)
+        shutil.rmtree(directory)
+
+
+def test_an_unused_pooler_in_a_classifier_file_is_ignored_as_transformers_does(tmp_path, caplog):
+    directory = _copy(tmp_path)
+    tensors = read_safetensors(directory / "model.safetensors")
+    width = tensors["vit.embeddings.cls_token"].shape[-1]
+    rng = np.random.default_rng(0)
+    tensors["vit.pooler.dense.weight"] = rng.normal(size=(width, width)).astype(np.float32)
+    tensors["vit.pooler.dense.bias"] = rng.normal(size=(width,)).astype(np.float32)
+    write_safetensors(directory / "model.safetensors", tensors)
+    model = keras_vit.ViT.from_checkpoint(directory, classifier_activation=None)
+    inputs, outputs = _io("vit_classifier")
+    np.testing.assert_allclose(np.asarray(model(inputs)), outputs, atol=1e-4)
+    assert "['vit.pooler.dense.bias', 'vit.pooler.dense.weight'] are unused" in caplog.text
+
+
+def test_writing_refuses_a_non_empty_directory_and_non_finite_weights(tmp_path, caplog):
+    small = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=32)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("another model's")
+    with pytest.raises(ValueError, match=r"A transformers model directory is written into a new or empty directory; "
+                                         r".*other holds \['config\.json'\]\. Nothing was written"):
+        checkpoints.save_transformers(keras_vit.ViT(**small, classes=3), str(other))
+    assert os.listdir(other) == ["config.json"] and (other / "config.json").read_text() == "another model's"
+    model = keras_vit.ViT(**small, classes=3)
+    model.weights[0].assign(np.full(model.weights[0].shape, np.nan))
+    with pytest.raises(ValueError, match=r"NaN or infinite values .* nothing was written to .*nan"):
+        checkpoints.save_transformers(model, str(tmp_path / "nan"))
+    assert not os.path.exists(tmp_path / "nan")
+    # A headless model's ViTModel: transformers would compute a pooler_output the model never had.
+    checkpoints.save_transformers(keras_vit.ViT(**small, classes=0), str(tmp_path / "headless"))
+    assert "written as ViTModel without pooler.dense" in caplog.text

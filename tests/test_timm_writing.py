@@ -65,3 +65,18 @@ def test_models_timm_cannot_represent_are_refused(tmp_path):
         with pytest.raises(ValueError, match=r"timm's VisionTransformer cannot represent this model: .*" + message):
             checkpoints.save_timm(keras_vit.ViT(**SMALL, **fields), str(tmp_path / "x"))
     assert not os.path.exists(tmp_path / "x")
+
+
+def test_writing_refuses_a_non_empty_directory_and_non_finite_weights(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "model-00001-of-00002.safetensors").write_bytes(b"another model's shard")
+    with pytest.raises(ValueError, match=r"A timm model directory is written into a new or empty directory; "
+                                         r".*other holds \[.model-00001-of-00002\.safetensors.\]\. Nothing was"):
+        checkpoints.save_timm(keras_vit.ViT(**SMALL, classes=3), str(other))
+    assert os.listdir(other) == ["model-00001-of-00002.safetensors"]
+    model = keras_vit.ViT(**SMALL, classes=3)
+    model.weights[-1].assign(np.full(model.weights[-1].shape, np.inf))
+    with pytest.raises(ValueError, match=r"NaN or infinite values .* nothing was written to .*inf"):
+        checkpoints.save_timm(model, str(tmp_path / "inf"))
+    assert not os.path.exists(tmp_path / "inf")

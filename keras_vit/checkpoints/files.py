@@ -58,3 +58,13 @@ def write_bytes(path, data):
         if gfile.exists(tmp):
             gfile.remove(tmp)
     return path
+
+
+def refuse_non_empty_directory(directory, what):
+    """A model directory is written whole into an empty or new folder: writing over another model's files would
+    mix the two (a config.json of one, shards of the other), so nothing is replaced."""
+    directory = str(directory)
+    if os.path.exists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
+        found = sorted(os.listdir(directory))[:6] if os.path.isdir(directory) else "a file"
+        raise ValueError(f"{what} is written into a new or empty directory; {directory} holds {found}. Nothing was "
+                         "written: remove it or choose another directory")

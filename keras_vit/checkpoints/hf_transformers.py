@@ -42,7 +42,11 @@ _PREFIXES = {"vit": "vit.", "deit": "deit."}
 
 
 def matches(path):
-    """Whether `path` is a directory whose `config.json` names a transformers ViT or DeiT (`model_type`)."""
+    """Whether `path` is a directory whose `config.json` states a transformers `model_type`.
+
+    Any `model_type` is taken here (timm's config.json has none), so that a family keras_vit does not read ('swin',
+    'beit', ...) is refused by that name rather than as a malformed timm folder.
+    """
     config = os.path.join(str(path), "config.json")
     if not os.path.isfile(config):
         return False
@@ -51,7 +55,7 @@ def matches(path):
             data = json.load(f)
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("model_type") in MODEL_TYPES
+    return isinstance(data, dict) and "model_type" in data
 
 
 def read(path, image_size=None, num_heads=None):
@@ -88,7 +92,8 @@ def _config_json(path):
         raise ValueError(f"{path} is not a transformers model directory: its config.json cannot be read ({exc})") \
             from None
     if cfg.get("model_type") not in MODEL_TYPES:
-        raise ValueError(f"{path}/config.json: model_type={cfg.get('model_type')!r}; keras_vit reads {MODEL_TYPES}")
+        raise ValueError(f"{path}/config.json: model_type={cfg.get('model_type')!r}; keras_vit reads transformers "
+                         f"model_type {MODEL_TYPES}")
     return cfg
 
 
@@ -163,6 +168,7 @@ def _config(cfg, tensors, source):
                          "token) has no keras_vit counterpart; save the model with add_pooling_layer=False")
     if pooler is not None and cfg.get("pooler_act", "tanh") != "tanh":
         raise ValueError(f"{source}/config.json: pooler_act={cfg['pooler_act']!r}; keras_vit's pre_logits is tanh")
+    _check_head(architecture, cfg, tensors, source)
     head = {"ViTForImageClassification": "classifier.weight",
             "DeiTForImageClassificationWithTeacher": "cls_classifier.weight"}.get(architecture)
     size, patch = cfg.get("image_size", 224), cfg.get("patch_size", 16)
@@ -179,6 +185,19 @@ def _config(cfg, tensors, source):
         )
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+
+
+def _check_head(architecture, cfg, tensors, source):
+    """A classifier's head must be whole: a missing bias would read as zero, a missing head as a headless model."""
+    heads = {"ViTForImageClassification": ("classifier",),
+             "DeiTForImageClassificationWithTeacher": ("cls_classifier", "distillation_classifier")}.get(architecture)
+    if not heads or cfg.get("id2label") == {}:  # num_labels=0: transformers' head is an Identity, with no tensors
+        return
+    missing = [f"{head}.{part}" for head in heads for part in ("weight", "bias") if f"{head}.{part}" not in tensors]
+    if missing:
+        raise ValueError(f"{source}: a {architecture} (config.json's architectures, or its prefixed tensor names) "
+                         f"classifies with {', '.join(heads)}; expected the tensors {missing}, found none of them "
+                         "in model.safetensors")
 
 
 # ------------------------------------------------------------------ weights
@@ -247,10 +266,15 @@ def _to_official(tensors, cfg, config, source):
     """`{official key: array}`; an unknown tensor is refused by name (a masked-image decoder, ...)."""
     prefix = _PREFIXES[cfg["model_type"]]
     prefixed = any(name.startswith(prefix) for name in tensors)  # a task model; a base model's names have none
-    arrays, unknown = {}, []
+    arrays, unknown, unused = {}, [], []
     for name, value in tensors.items():
         inner = name[len(prefix):] if prefixed and name.startswith(prefix) else name
         if inner == "embeddings.mask_token":  # masked-image modelling's input token: no part of inference
+            continue
+        if prefixed and inner.startswith("pooler."):
+            # A task model builds its ViTModel/DeiTModel with add_pooling_layer=False and classifies the final
+            # layernormed class token; transformers drops such a pooler as an unexpected key, and so do we.
+            unused.append(name)
             continue
         rules = HEAD_RULES if prefixed and inner == name else RULES + HEAD_RULES
         for pattern, template, transform in rules:
@@ -260,6 +284,9 @@ def _to_official(tensors, cfg, config, source):
                 break
         else:
             unknown.append(name)
+    if unused:
+        logging.warning("%s: %s are unused by the classifier, which reads the final layernormed class token "
+                        "(transformers ignores them too); not read", source, sorted(unused))
     if unknown:
         raise ValueError(f"{source} holds tensors keras_vit's ViT has no place for: {sorted(unknown)[:6]}")
     if config.distilled and config.classes and "head_dist/kernel" not in arrays:
@@ -286,27 +313,39 @@ def write(model, directory, labels=None):
 
     Args:
         model: a keras_vit model (it carries its `ViTConfig`).
-        directory: where to write; made if missing, its three files replaced.
+        directory: where to write: a new or empty directory (another model's files are never replaced).
         labels: optional class names, one per class (`id2label`); else "LABEL_i".
 
     Returns:
         `directory`.
 
     Raises:
-        ValueError: naming the field of a configuration transformers' ViT cannot represent.
+        ValueError: naming the field of a configuration transformers' ViT cannot represent, a non-empty
+            `directory`, or NaN or infinite weights; nothing is written.
     """
-    from keras_vit.checkpoints.official import entries, official_key
+    from keras_vit.checkpoints.files import refuse_non_empty_directory
+    from keras_vit.checkpoints.official import entries, non_finite_keys, non_finite_message, official_key
     from keras_vit.checkpoints.safetensors import write_safetensors
 
     config = getattr(model, "vit_config", None)
     if config is None:
         raise ValueError(f"The model {model.name!r} carries no ViTConfig; build it with keras_vit.ViT")
     _check_writable(config, labels)
+    refuse_non_empty_directory(directory, "A transformers model directory")
     arrays = {}
     for path_in_model, weight, block in entries(model):
         value = np.asarray(weight.numpy(), np.float32)
         arrays[official_key(path_in_model)[0]] = value if block is None else value[block]
+    bad = non_finite_keys(arrays)
+    if bad:
+        raise ValueError(non_finite_message(bad, f"The model {model.name!r}") + f"; nothing was written to {directory}")
     architecture, model_type = _written_architecture(config)
+    if architecture == "ViTModel" and not config.representation_size:
+        # from_pretrained builds ViTModel with a pooler and initialises it at random (transformers warns on load);
+        # said here too, since nothing in config.json can tell ViTModel to leave it out.
+        logging.warning("%s is written as ViTModel without pooler.dense: the model has no pre_logits, so the "
+                        "pooler_output transformers computes from it is randomly initialised, not this model's; use "
+                        "last_hidden_state[:, 0] after its layernorm (what this model computes)", directory)
     prefix = "" if architecture.endswith("Model") else _PREFIXES[model_type]
     tensors = {_written_name(key, prefix, model_type): np.ascontiguousarray(_written_transform(key)(value))
                for key, value in arrays.items()}

@@ -211,6 +211,11 @@ def _check_supported(tensors, source):
 
 def _weight_facts(tensors, source):
     """What the shapes say: patch, width, depth, MLP, channels, tokens, norms, head."""
+    if any(name.startswith(("embeddings.patch_embeddings.", "vit.", "deit.")) for name in tensors):
+        # transformers' names: its config.json states heads, epsilon, activation and pooler, which shapes cannot.
+        raise ValueError(f"{source} holds transformers ViT/DeiT tensors (e.g. {sorted(tensors)[0]!r}), not a timm "
+                         "checkpoint; expected its folder, with the config.json beside model.safetensors "
+                         "(save_pretrained's directory), found no config.json")
     for key in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.mlp.fc1.weight"):
         if key not in tensors:
             raise ValueError(f"{source} is not a timm ViT checkpoint: expected a tensor {key!r}, found "
@@ -636,7 +641,8 @@ def write(model, directory):
     Raises:
         ValueError: naming each field timm's `VisionTransformer` has no counterpart for.
     """
-    from keras_vit.checkpoints.official import entries, official_key
+    from keras_vit.checkpoints.files import refuse_non_empty_directory
+    from keras_vit.checkpoints.official import entries, non_finite_keys, non_finite_message, official_key
     from keras_vit.checkpoints.safetensors import write_safetensors
 
     config = getattr(model, "vit_config", None)
@@ -651,10 +657,14 @@ def write(model, directory):
         problems.append(f"position_embedding={config.position_embedding!r} (timm: 'learned_1d' or 'none')")
     if problems:
         raise ValueError("timm's VisionTransformer cannot represent this model: " + "; ".join(problems))
+    refuse_non_empty_directory(directory, "A timm model directory")
     arrays = {}
     for path_in_model, weight, block in entries(model):
         value = np.asarray(weight.numpy(), np.float32)
         arrays[official_key(path_in_model)[0]] = value if block is None else value[block]
+    bad = non_finite_keys(arrays)
+    if bad:
+        raise ValueError(non_finite_message(bad, f"The model {model.name!r}") + f"; nothing was written to {directory}")
     tensors = {}
     for name, keys, transform in RULES:
         for i in range(config.num_layers) if "{i}" in name else (None,):
