@@ -93,3 +93,18 @@ def test_what_cannot_be_read_is_refused(tmp_path):
     arrays = dict(np.load(_path("bv_gap")), pos_embedding=np.zeros((1, 15, 32), np.float32))
     with pytest.raises(ValueError, match=r"pos_embedding holds 15 positions, not a square grid"):
         checkpoints.config_from_checkpoint(_write(tmp_path, arrays, "odd.npz"))
+
+
+def test_a_map_file_without_its_probe_names_the_key(tmp_path):
+    arrays = {k: v for k, v in np.load(_path("bv_map")).items() if k != "MAPHead_0/probe"}
+    with pytest.raises(ValueError, match=r"holds a MAP head without its probe: expected 'MAPHead_0/probe'"):
+        checkpoints.config_from_checkpoint(_write(tmp_path, arrays))
+
+
+def test_load_npz_points_a_big_vision_file_to_load_checkpoint():
+    model = keras_vit.ViT.from_checkpoint(_path("bv_gap"))
+    before = [np.asarray(w) for w in model.weights]
+    with pytest.raises(ValueError, match=r"bv_gap\.npz is a big_vision checkpoint .* not the official format "
+                                         r"load_npz reads; use keras_vit\.checkpoints\.load_checkpoint"):
+        checkpoints.load_npz(model, _path("bv_gap"))
+    assert all(np.array_equal(a, np.asarray(w)) for a, w in zip(before, model.weights, strict=True))

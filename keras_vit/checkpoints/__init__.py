@@ -52,7 +52,7 @@ a fixture the format's own code wrote, and the logits it gives.
 import os
 import re
 
-from keras_vit.checkpoints import hf_transformers, official, pretrained, resolve, timm
+from keras_vit.checkpoints import big_vision, hf_transformers, official, pretrained, resolve, timm
 from keras_vit.checkpoints.loading import load_arrays
 from keras_vit.checkpoints.official import CONFIG_KEY, describe, official_key, read_npz, save_npz
 from keras_vit.checkpoints.pretrained import WeightsUnavailable
@@ -94,7 +94,12 @@ def load_checkpoint(model, path, source_grid_size=None):
 
 
 def load_npz(model, path, source_grid_size=None):
-    """Loads an official `.npz` checkpoint into a keras_vit model (`loading.load_arrays`)."""
+    """Loads an official `.npz` checkpoint into a keras_vit model (`loading.load_arrays`); a big_vision `.npz` is
+    refused with a pointer to `load_checkpoint`, which reads its keys and numerics."""
+    if big_vision.matches(path):
+        raise ValueError(f"{path} is a big_vision checkpoint (its keys: pos_embedding, MultiHeadDotProductAttention_0"
+                         ", ...), not the official format load_npz reads; use keras_vit.checkpoints.load_checkpoint("
+                         "model, path), or ViT.from_checkpoint(path), which read big_vision's keys and numerics")
     return load_arrays(model, read_npz(path), str(path), source_grid_size)
 
 

@@ -116,6 +116,10 @@ def _block_name(module, key, source):
 def big_vision_config(arrays, source, image_size=None):
     """The `ViTConfig` of big_vision arrays (under official keys), read off their shapes."""
     block = "Transformer/encoderblock_0/"
+    head = sorted(key for key in arrays if key.startswith("MAPHead_0/"))
+    if head and "MAPHead_0/probe" not in arrays:  # without it the file would read as another pooling
+        raise ValueError(f"{source} holds a MAP head without its probe: expected 'MAPHead_0/probe' beside "
+                         f"{len(head)} MAPHead_0 arrays, found none (e.g. {head[:3]})")
     patch_h, patch_w, channels, width = arrays["embedding/kernel"].shape
     class_token = "cls" in arrays
     fields = dict(
