@@ -124,16 +124,13 @@ def _read_config():
     return tfds.ReadConfig(shuffle_seed=0, interleave_cycle_length=1)
 
 
-def _check_split(split, splits, dataset, slices=True):
-    """Refuses a split that is not one of `splits` nor, where `slices`, a TFDS expression of them (`train[:99%]`)."""
+def _check_split(split, splits, dataset):
+    """Refuses a split that is neither one of `splits` nor a TFDS expression of them (`train[:99%]`)."""
     try:
-        if not slices and split not in splits:
-            raise KeyError(split)
         splits[split]
     except (KeyError, ValueError):
-        also = ", or a TFDS slice of them such as 'train[:99%]'" if slices else ""
-        raise ValueError(f"split {split!r} is not one of the splits of dataset {dataset!r}: {sorted(splits)}"
-                         f"{also}") from None
+        raise ValueError(f"split {split!r} is not one of the splits of dataset {dataset!r}: {sorted(splits)}, or a "
+                         "TFDS slice of them such as 'train[:99%]'") from None
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ import re
 import zlib
 
 EXTENSIONS = (".jpg", ".jpeg", ".png")
+
 # Names under which users keep their test images, in the order a run looks for one.
 TEST_SPLITS = ("test", "val", "validation")
 # Folder names that say "split", not "class".

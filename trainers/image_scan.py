@@ -10,20 +10,8 @@ import os
 
 from keras_vit.image_formats import HEADER_BYTES, header_problem
 
-EXTENSIONS = (".jpg", ".jpeg", ".png")
 # A PNG's signature plus its IHDR chunk; the smallest valid JPEG is larger still.
 MIN_BYTES = 33
-
-
-def image_paths(root, split):
-    """The files tfds' ImageFolder reads for `split`: root/split/<label>/*.{jpg,jpeg,png}."""
-    split_dir = os.path.join(root, split)
-    for label in sorted(os.listdir(split_dir)):
-        label_dir = os.path.join(split_dir, label)
-        if os.path.isdir(label_dir):
-            for name in sorted(os.listdir(label_dir)):
-                if name.lower().endswith(EXTENSIONS):
-                    yield os.path.join(label_dir, name)
 
 
 def problem(path):
@@ -41,13 +29,3 @@ def problem(path):
     if problem_in_header is None and size < MIN_BYTES:
         return f"truncated ({size} bytes)"
     return problem_in_header
-
-
-def scan(root, split):
-    """`{path: reason}` for every file of `split` that is not a readable image."""
-    found = {}
-    for path in image_paths(root, split):
-        reason = problem(path)
-        if reason:
-            found[path] = reason
-    return found
