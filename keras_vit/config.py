@@ -21,11 +21,17 @@ import math
 
 from keras_vit.checks import check_bool, check_choice, check_count, check_float, to_pair
 
-CLASSIFIERS = ("token", "gap", "map")
+# token_and_gap: DINOv2's classifier input, concat(class token, mean of the patch tokens).
+CLASSIFIERS = ("token", "gap", "map", "token_and_gap")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d", "none")
 INTERPOLATIONS = ("bilinear", "bicubic")
-# The MLP's activation: GELU (in the form `gelu_approximate` says) or CLIP's QuickGELU, x * sigmoid(1.702 x).
-ACTIVATIONS = ("gelu", "quick_gelu")
+# The MLP's activation: GELU (in the form `gelu_approximate` says), CLIP's QuickGELU, x * sigmoid(1.702 x), or
+# SiLU, x * sigmoid(x) (SwiGLU's gate, with gated_mlp).
+ACTIVATIONS = ("gelu", "quick_gelu", "silu")
+# The model's norm layer: LayerNorm, or RMSNorm (x / sqrt(mean(x^2) + eps) * scale, no bias; AIMv2).
+NORM_LAYERS = ("layer_norm", "rms_norm")
+# The classifiers that read the class token.
+TOKEN_CLASSIFIERS = ("token", "token_and_gap")
 # Which of query, key and value projections have a bias: all (official), none, or q and v (EVA/BEiT: k's is zero).
 QKV_BIASES = ("all", "none", "qv")
 # What `keras_vit.preprocess_input` makes of [0, 255] by default: [-1, 1].
@@ -82,11 +88,13 @@ class ViTConfig:
 
     # --- tokens and positions
     classifier: str = _field("token", CONVENTION, "How the encoded sequence becomes one vector: 'token' (the class "
-                             "token), 'gap' (mean of the patch tokens) or 'map' (a learned probe's attention over the "
-                             "patch tokens: big_vision's MAP head).", choices=CLASSIFIERS)
+                             "token), 'gap' (mean of the patch tokens), 'map' (a learned probe's attention over the "
+                             "patch tokens: big_vision's MAP head) or 'token_and_gap' (the class token and the mean "
+                             "of the patch tokens side by side, 2 x hidden_size: DINOv2's classifier).",
+                             choices=CLASSIFIERS)
     # timm's global_pool="avg" models may keep a class token and leave it out of the mean.
     class_token: bool = _field(None, CONVENTION, "Whether a class token is prepended; None: exactly when "
-                               "classifier='token'.")
+                               "the classifier reads one ('token', 'token_and_gap').")
     distilled: bool = _field(False, CONVENTION, "DeiT's distillation token, after the class token, with its own "
                              "head ('head_dist'); at inference the two heads' logits are averaged (then the "
                              "activation).")
@@ -102,22 +110,32 @@ class ViTConfig:
     dynamic_image_size: bool = _field(False, RESOLUTION, "Accept any resolution at call time (tables resampled in "
                                       "the graph).")
     patch_bias: bool = _field(True, ARCHITECTURE, "Whether the patch projection has a bias (CLIP's has none).")
-    norm_pre: bool = _field(False, ARCHITECTURE, "A LayerNorm on the token sequence after the positions and before "
+    norm_pre: bool = _field(False, ARCHITECTURE, "A norm on the token sequence after the positions and before "
                             "the first block (timm's norm_pre, CLIP's ln_pre).")
+    patch_norm: bool = _field(False, ARCHITECTURE, "A norm on each patch embedding, before the positions are added "
+                              "(timm's patch_embed.norm; AIMv2).")
 
     # --- blocks
-    layer_norm_epsilon: float = _field(1e-6, CONVENTION, "LayerNorm epsilon (1e-6 in the official code and timm).",
-                                       low=0.0, low_open=True)
+    norm_layer: str = _field("layer_norm", ARCHITECTURE, "Every norm of the model: 'layer_norm' or 'rms_norm' "
+                             "(x / sqrt(mean(x^2) + eps) * scale, no bias or mean; timm's norm_layer='rmsnorm', "
+                             "AIMv2).", choices=NORM_LAYERS)
+    layer_norm_epsilon: float = _field(1e-6, CONVENTION, "The norms' epsilon (1e-6 in the official code and timm, "
+                                       "1e-5 in CLIP).", low=0.0, low_open=True)
     gelu_approximate: bool = _field(True, CONVENTION, "GELU by its tanh approximation (Flax's default, the official "
                                     "checkpoints) or exact (erf; PyTorch's default, timm's checkpoints); held False "
                                     "with activation='quick_gelu', which has no GELU.")
     # A field beside gelu_approximate, not a third value of it (nor a choice it follows): older configs and files,
     # and an override of gelu_approximate alone (from_checkpoint's, the trainer's flag), keep their one meaning.
-    activation: str = _field("gelu", CONVENTION, "The MLP's activation: 'gelu' (in the form gelu_approximate says) "
-                             "or 'quick_gelu' (CLIP's x * sigmoid(1.702 x), timm's act_layer='quick_gelu').",
-                             choices=ACTIVATIONS)
+    activation: str = _field("gelu", CONVENTION, "The MLP's activation: 'gelu' (in the form gelu_approximate says), "
+                             "'quick_gelu' (CLIP's x * sigmoid(1.702 x), timm's act_layer='quick_gelu') or 'silu' "
+                             "(x * sigmoid(x); SwiGLU with gated_mlp).", choices=ACTIVATIONS)
+    gated_mlp: bool = _field(False, ARCHITECTURE, "A gated MLP (GLU): the first projection gives 2 x mlp_dim, a gate "
+                             "and a value, and the activation of the gate times the value goes on (SwiGLU with "
+                             "activation='silu': DINOv2 giant, AIMv2).")
     qkv_bias: str = _field("all", ARCHITECTURE, "Which attention projections have a bias: 'all' (official), 'none', "
                            "or 'qv' (EVA/BEiT: query and value; the key's is a fixed zero).", choices=QKV_BIASES)
+    qk_norm: bool = _field(False, ARCHITECTURE, "A norm on each head's queries and keys before their dot products "
+                           "(timm's qk_norm), one per projection, shared by the heads.")
     layer_scale_init: float = _field(None, ARCHITECTURE, "LayerScale (timm's init_values; DeiT III, DINOv2): each "
                                      "residual branch multiplied by a learned per-channel scale starting at this "
                                      "value; None for none.", low=0.0, low_open=True, optional=True)
@@ -136,6 +154,9 @@ class ViTConfig:
                            "vector ('fc_norm') instead of to the sequence ('encoder_norm').")
     representation_size: int = _field(None, ARCHITECTURE, "Width of the tanh `pre_logits` layer (ImageNet-21k "
                                       "pre-training); None (the trainer's 0) for none.", low=1, optional=True)
+    projection_dim: int = _field(None, ARCHITECTURE, "Width of a linear projection without bias of the pooled vector "
+                                 "(CLIP's visual_projection: the image embedding); None for none.", low=1,
+                                 optional=True)
     classes: int = _field(1000, DATA, "Classes of the head; 0 for a model without one (features only).", low=0)
 
     # --- hybrids
@@ -154,7 +175,7 @@ class ViTConfig:
 
     def __post_init__(self):
         if self.class_token is None:
-            object.__setattr__(self, "class_token", self.classifier == "token")
+            object.__setattr__(self, "class_token", self.classifier in TOKEN_CLASSIFIERS)
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, _checked(field, getattr(self, field.name), self.channels))
         if self.activation == "quick_gelu":  # one config per function: a QuickGELU model's configs compare equal
@@ -165,12 +186,18 @@ class ViTConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"`hidden_size` must be divisible by `num_heads`; received "
                              f"hidden_size={self.hidden_size}, num_heads={self.num_heads}")
-        if self.classifier == "token" and not self.class_token:
-            raise ValueError("classifier='token' pools the class token; received class_token=False")
-        if self.distilled and (self.classifier != "token" or self.representation_size or self.fc_norm):
+        if self.classifier in TOKEN_CLASSIFIERS and not self.class_token:
+            raise ValueError(f"classifier={self.classifier!r} pools the class token; received class_token=False")
+        if self.distilled and (self.classifier != "token" or self.representation_size or self.fc_norm
+                               or self.projection_dim):
             raise ValueError("distilled=True (DeiT) reads a class token and a distillation token, each by its own "
                              f"head; received classifier={self.classifier!r}, representation_size="
-                             f"{self.representation_size}, fc_norm={self.fc_norm}")
+                             f"{self.representation_size}, fc_norm={self.fc_norm}, "
+                             f"projection_dim={self.projection_dim}")
+        if self.projection_dim and self.representation_size:
+            raise ValueError("projection_dim (CLIP's linear projection) and representation_size (a tanh pre_logits "
+                             "layer) are two ends of the pooled vector: a model has one; received projection_dim="
+                             f"{self.projection_dim}, representation_size={self.representation_size}")
         if self.distilled and self.num_register_tokens:
             raise ValueError("distilled=True (DeiT) has no register tokens (timm's DeiT neither); received "
                              f"num_register_tokens={self.num_register_tokens}")

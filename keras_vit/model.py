@@ -18,6 +18,7 @@ from keras_vit import layers as vit_layers
 from keras_vit.checks import check_choice, check_input_shape
 from keras_vit.config import FIELDS, IMAGENET_MEAN, IMAGENET_STD, ViTConfig
 from keras_vit.layers.drop_path import linear_rate
+from keras_vit.layers.norms import norm
 from keras_vit.layers.scanned_encoder import block_name
 from keras_vit.variants import VARIANTS
 
@@ -251,8 +252,11 @@ def patch_grid(config, images):
     if config.resnet_num_layers is not None:
         features = vit_layers.ResNetStem(config.resnet_num_layers, config.resnet_width_factor,
                                          name="resnet_stem")(images)
-    return vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, use_bias=config.patch_bias,
-                                     name="patch_embedding")(features)
+    patches = vit_layers.PatchEmbedding(config.patch_size, config.hidden_size, use_bias=config.patch_bias,
+                                        name="patch_embedding")(features)
+    if config.patch_norm:  # each patch's embedding, before the positions (timm's patch_embed.norm, AIMv2)
+        patches = norm(config.norm_layer, config.layer_norm_epsilon, "patch_norm")(patches)
+    return patches
 
 
 def token_sequence(config, patches):
@@ -286,9 +290,9 @@ def _prefix_tokens(config, patches):
 
 
 def encode(config, tokens):
-    """[LayerNorm "norm_pre"], then the encoder blocks, unrolled or as one `ScannedEncoder`."""
+    """[norm "norm_pre"], then the encoder blocks, unrolled or as one `ScannedEncoder`."""
     if config.norm_pre:  # after the positions and their dropout, as timm's norm_pre and CLIP's ln_pre
-        tokens = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name="norm_pre")(tokens)
+        tokens = norm(config.norm_layer, config.layer_norm_epsilon, "norm_pre")(tokens)
     relative = config.position_embedding if positions.get(config.position_embedding).biases_attention else None
     block_config = dict(
         num_heads=config.num_heads,
@@ -300,6 +304,9 @@ def encode(config, tokens):
         activation=config.activation,
         qkv_bias=config.qkv_bias,
         layer_scale_init=config.layer_scale_init,
+        qk_norm=config.qk_norm,
+        norm_layer=config.norm_layer,
+        gated_mlp=config.gated_mlp,
         relative_position=relative,
         grid_size=config.grid_size if relative else None,
         num_prefix_tokens=config.num_prefix_tokens,
@@ -316,10 +323,11 @@ def encode(config, tokens):
 
 
 def _pool(config, tokens, pooling):
-    """The sequence to one vector: final norm (before or, with `fc_norm`, after pooling), [pre_logits]."""
-    norm = lambda name: keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=name)  # noqa: E731
+    """The sequence to one vector: final norm (before or, with `fc_norm`, after pooling), [projection],
+    [pre_logits]."""
+    final_norm = lambda name: norm(config.norm_layer, config.layer_norm_epsilon, name)  # noqa: E731
     if not config.fc_norm:
-        tokens = norm("encoder_norm")(tokens)
+        tokens = final_norm("encoder_norm")(tokens)
     mode = {None: config.classifier, "token": "token", "avg": "gap", "max": "max"}[pooling]
     if mode == "map":  # big_vision's MAP head: a learned probe attends over the patch tokens
         features = vit_layers.MAPHead(config.num_heads, config.mlp_dim, config.num_prefix_tokens,
@@ -331,7 +339,9 @@ def _pool(config, tokens, pooling):
         return [features, vit_layers.SequencePooling("distillation", config.num_prefix_tokens,
                                                      name="distillation_pooling")(tokens)]
     if config.fc_norm:
-        features = norm("fc_norm")(features)
+        features = final_norm("fc_norm")(features)
+    if config.projection_dim:  # CLIP's visual_projection: the image embedding
+        features = keras.layers.Dense(config.projection_dim, use_bias=False, name="projection")(features)
     if config.representation_size:
         features = keras.layers.Dense(config.representation_size, activation="tanh", name="pre_logits")(features)
     return features
@@ -367,11 +377,12 @@ def ViT(
 ):
     """Builds a Vision Transformer from a `ViTConfig` and/or its fields.
 
-        image -> [ResNetStem] -> PatchEmbedding -> [ClassToken [DistillationToken | RegisterTokens]]
-              -> PositionEmbedding -> Dropout -> [LayerNorm "norm_pre"]
+        image -> [ResNetStem] -> PatchEmbedding -> [norm "patch_norm"]
+              -> [ClassToken [DistillationToken | RegisterTokens]]
+              -> PositionEmbedding -> Dropout -> [norm "norm_pre"]
               -> EncoderBlock x num_layers (or one ScannedEncoder)
-              -> LayerNorm "encoder_norm" -> SequencePooling (or MAPHead "map_head", `classifier="map"`)
-              -> [LayerNorm "fc_norm"] -> [Dense tanh "pre_logits"] -> Dense "head"
+              -> norm "encoder_norm" -> SequencePooling (or MAPHead "map_head", `classifier="map"`)
+              -> [norm "fc_norm"] -> [Dense "projection" | Dense tanh "pre_logits"] -> Dense "head"
               (DeiT, `distilled=True`: the distillation token's Dense "head_dist" beside it, averaged)
 
     Args:
@@ -439,7 +450,7 @@ def ViT(
 def head_input(model):
     """`(tensor, name)`: the vector a keras_vit model's head reads, what the model without its top returns.
 
-    After `pre_logits`, else `fc_norm`, else the pooling; a distilled DeiT's,
+    After `pre_logits` or `projection`, else `fc_norm`, else the pooling; a distilled DeiT's,
     the mean of its two tokens' vectors. None for a model with none of these
     layers (a foreign one).
     """
@@ -447,7 +458,7 @@ def head_input(model):
     if "distillation_pooling" in names:
         pooled = [model.get_layer(name).output for name in ("pooling", "distillation_pooling")]
         return keras.layers.Average(name="distilled_features")(pooled), "distilled_features"
-    for name in ("pre_logits", "fc_norm", "pooling", "map_head"):
+    for name in ("pre_logits", "projection", "fc_norm", "pooling", "map_head"):
         if name in names:
             return model.get_layer(name).output, name
     return None

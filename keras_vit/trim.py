@@ -15,6 +15,7 @@ import keras
 import numpy as np
 
 from keras_vit.layers import EncoderBlock
+from keras_vit.layers.norms import NORM_CLASSES
 from keras_vit.layers.pooling import SequencePooling
 
 # SequencePooling modes that read one prefix token, and the tokens the last block must then keep.
@@ -33,7 +34,7 @@ def head_tokens(model):
     if last is None or last.relative_position or last.output_tokens is not None:
         return None
     readers = _consumers(model, last)
-    if len(readers) == 1 and isinstance(readers[0], keras.layers.LayerNormalization):  # encoder_norm, per token
+    if len(readers) == 1 and isinstance(readers[0], NORM_CLASSES):  # encoder_norm, per token
         readers = _consumers(model, readers[0])
     if not readers or not all(isinstance(layer, SequencePooling) and layer.mode in _TOKENS_READ for layer in readers):
         return None

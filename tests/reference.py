@@ -15,6 +15,18 @@ def layer_norm(x, scale, bias, eps=1e-6):
     return (x - mean) / np.sqrt(var + eps) * scale + bias
 
 
+def rms_norm(x, scale, eps=1e-6):
+    """timm's RmsNorm: no mean taken, no bias."""
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * scale
+
+
+def norm(x, w, name, eps=1e-6):
+    """`w`'s LayerNorm `name` (`name/gamma`, `name/beta`) or RMSNorm (`name/scale`), as its weights say."""
+    if f"{name}/scale" in w:
+        return rms_norm(x, w[f"{name}/scale"], eps)
+    return layer_norm(x, w[f"{name}/gamma"], w[f"{name}/beta"], eps)
+
+
 def gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
@@ -30,7 +42,11 @@ def quick_gelu(x):
     return x / (1 + np.exp(-1.702 * x))
 
 
-ACTIVATIONS = {"gelu_tanh": gelu_tanh, "gelu": gelu_exact, "quick_gelu": quick_gelu}
+def silu(x):
+    return x / (1 + np.exp(-x))
+
+
+ACTIVATIONS = {"gelu_tanh": gelu_tanh, "gelu": gelu_exact, "quick_gelu": quick_gelu, "silu": silu}
 
 
 def softmax(x):
@@ -38,11 +54,14 @@ def softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-def attention(x, w, relative_logits=None):
-    """`w`: dict of query/key/value/output kernels and biases (official shapes); a missing bias is zero."""
+def attention(x, w, relative_logits=None, eps=1e-6):
+    """`w`: dict of query/key/value/output kernels and biases (official shapes); a missing bias is zero; with
+    `query_norm/...` and `key_norm/...` weights, queries and keys are normalised per head before the scaling."""
     q = np.einsum("btd,dhk->bthk", x, w["query_kernel"]) + w.get("query_bias", 0.0)
     k = np.einsum("btd,dhk->bthk", x, w["key_kernel"]) + w.get("key_bias", 0.0)
     v = np.einsum("btd,dhk->bthk", x, w["value_kernel"]) + w.get("value_bias", 0.0)
+    if any(key.startswith("query_norm/") for key in w):
+        q, k = norm(q, w, "query_norm", eps), norm(k, w, "key_norm", eps)
     q = q / np.sqrt(q.shape[-1])
     logits = np.einsum("bqhk,bthk->bhqt", q, k)
     if relative_logits is not None:
@@ -52,13 +71,18 @@ def attention(x, w, relative_logits=None):
     return np.einsum("bqhk,hkd->bqd", out, w["output_kernel"]) + w["output_bias"], weights
 
 
-def encoder_block(x, w, relative_logits=None, activation="gelu_tanh"):
-    """`w`: attention weights plus norm_1/norm_2 gamma/beta and mlp dense_1/2; with layer_scale_1/2 gamma, each
-    branch is multiplied by its gamma (timm's `ls1` / `ls2`)."""
-    y, _ = attention(layer_norm(x, w["norm_1/gamma"], w["norm_1/beta"]), w, relative_logits)
+def encoder_block(x, w, relative_logits=None, activation="gelu_tanh", gated=False, eps=1e-6):
+    """`w`: attention weights plus norm_1/norm_2 (LayerNorm gamma/beta or RMSNorm scale) and mlp dense_1/2; with
+    layer_scale_1/2 gamma, each branch is multiplied by its gamma (timm's `ls1` / `ls2`); `gated`: dense_1 gives
+    the gate, then the value (SwiGLU)."""
+    y, _ = attention(norm(x, w, "norm_1", eps), w, relative_logits, eps)
     x = x + y * w.get("layer_scale_1/gamma", 1.0)
-    y = layer_norm(x, w["norm_2/gamma"], w["norm_2/beta"])
-    y = ACTIVATIONS[activation](y @ w["dense_1/kernel"] + w["dense_1/bias"])
+    y = norm(x, w, "norm_2", eps) @ w["dense_1/kernel"] + w["dense_1/bias"]
+    if gated:
+        gate, value = np.split(y, 2, axis=-1)
+        y = ACTIVATIONS[activation](gate) * value
+    else:
+        y = ACTIVATIONS[activation](y)
     return x + (y @ w["dense_2/kernel"] + w["dense_2/bias"]) * w.get("layer_scale_2/gamma", 1.0)
 
 

@@ -120,6 +120,8 @@ def test_a_config_of_an_older_file_reads_as_it_was(approximate):
     assert (config.activation, config.gelu_approximate) == ("gelu", approximate)
     # The new blocks are off: the official model, its weights and numerics.
     assert (config.qkv_bias, config.layer_scale_init, config.patch_bias, config.norm_pre) == ("all", None, True, False)
+    assert (config.norm_layer, config.qk_norm, config.gated_mlp, config.patch_norm, config.projection_dim) == (
+        "layer_norm", False, False, False, None)
     assert ViTConfig.from_dict(config.to_dict()) == config
 
 
@@ -141,3 +143,15 @@ def test_the_block_options_are_checked():
         ViTConfig(layer_scale_init=0)  # timm's init_values=0 is no LayerScale: here that is None
     with pytest.raises(ValueError, match=r"`qkv_bias` must be one of \('all', 'none', 'qv'\); received qkv_bias=True"):
         ViTConfig(qkv_bias=True)
+    with pytest.raises(ValueError, match=r"`norm_layer` must be one of \('layer_norm', 'rms_norm'\); received "
+                                         r"norm_layer='rmsnorm'"):
+        ViTConfig(norm_layer="rmsnorm")
+    dinov2 = ViTConfig(classifier="token_and_gap")
+    assert dinov2.class_token and dinov2.replace(classifier="gap").class_token is False
+    with pytest.raises(ValueError, match=r"classifier='token_and_gap' pools the class token; received "
+                                         r"class_token=False"):
+        ViTConfig(classifier="token_and_gap", class_token=False)
+    with pytest.raises(ValueError, match=r"a model has one; received projection_dim=8, representation_size=8"):
+        ViTConfig(projection_dim=8, representation_size=8)
+    with pytest.raises(ValueError, match=r"distilled=True \(DeiT\).*projection_dim=8"):
+        ViTConfig(distilled=True, projection_dim=8)

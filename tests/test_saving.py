@@ -47,13 +47,17 @@ def test_a_checkpoint_is_built_from_its_file_with_the_head_asked_for(tmp_path):
     assert bigger.vit_config.image_size == (16, 16)
 
 
-# Every block option of issue 50 on at once (LayerScale, norm_pre, no patch bias, QuickGELU, q/v bias).
+# The block options of issue 50 (LayerScale, norm_pre, no patch bias, QuickGELU, q/v bias; RMSNorm, q/k norm,
+# SwiGLU, patch norm, DINOv2's head, a projection).
 BLOCK_OPTIONS = dict(layer_scale_init=0.1, norm_pre=True, patch_bias=False, activation="quick_gelu", qkv_bias="qv")
+BLOCK_OPTIONS_2 = dict(norm_layer="rms_norm", qk_norm=True, gated_mlp=True, activation="silu", patch_norm=True,
+                       classifier="token_and_gap", projection_dim=5, layer_scale_init=0.1)
 
 
-@pytest.mark.parametrize("scan_layers", [False, True])
-def test_a_keras_file_with_every_block_option_loads_bit_for_bit(tmp_path, scan_layers):
-    model = keras_vit.ViT(**TINY, **BLOCK_OPTIONS, scan_layers=scan_layers)
+@pytest.mark.parametrize("scan_layers, options", [(False, BLOCK_OPTIONS), (True, BLOCK_OPTIONS),
+                                                  (False, BLOCK_OPTIONS_2), (True, BLOCK_OPTIONS_2)])
+def test_a_keras_file_with_every_block_option_loads_bit_for_bit(tmp_path, scan_layers, options):
+    model = keras_vit.ViT(**TINY, **options, scan_layers=scan_layers)
     randomize_weights(model)
     model.save(tmp_path / "m.keras")
     loaded = keras_vit.load_model(tmp_path / "m.keras")
@@ -65,7 +69,12 @@ def test_a_keras_file_with_every_block_option_loads_bit_for_bit(tmp_path, scan_l
 
 
 @pytest.mark.parametrize("option, name", [(dict(layer_scale_init=0.1), r"LayerScale \(layer_scale_init\)"),
-                                          (dict(norm_pre=True), r"a LayerNorm before the blocks \(norm_pre\)")])
+                                          (dict(norm_pre=True), r"a LayerNorm before the blocks \(norm_pre\)"),
+                                          (dict(qk_norm=True), r"q/k norm \(qk_norm\)"),
+                                          (dict(patch_norm=True), r"a norm on the patch embeddings \(patch_norm\)"),
+                                          (dict(norm_layer="rms_norm"), r"RMSNorm \(norm_layer='rms_norm'\)"),
+                                          (dict(projection_dim=4), r"a projection of the pooled vector "
+                                                                   r"\(projection_dim\)")])
 def test_an_npz_refuses_the_options_it_has_no_key_for_by_name(tmp_path, option, name):
     model = keras_vit.ViT(**TINY, **option)
     with pytest.raises(ValueError, match=rf"checkpoint formats do not hold {name} yet"):
@@ -76,9 +85,13 @@ def test_an_npz_refuses_the_options_it_has_no_key_for_by_name(tmp_path, option, 
         keras_vit.ViT(**TINY, **option, weights=official)
 
 
-def test_an_npz_holds_the_options_without_weights_in_its_stored_config(tmp_path):
-    """No patch bias, q/v bias and QuickGELU leave weights out or change none: the file's ViTConfig says them."""
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_an_npz_holds_the_options_without_weights_in_its_stored_config(tmp_path, swiglu):
+    """No patch bias, q/v bias, QuickGELU, SwiGLU and DINOv2's head leave weights out or change their shapes only:
+    the file's ViTConfig says them."""
     options = {key: BLOCK_OPTIONS[key] for key in ("patch_bias", "activation", "qkv_bias")}
+    if swiglu:
+        options.update(gated_mlp=True, activation="silu", classifier="token_and_gap")
     model = keras_vit.ViT(**TINY, **options, classifier_activation=None)
     randomize_weights(model)
     path = keras_vit.save_npz(model, tmp_path / "m.npz")

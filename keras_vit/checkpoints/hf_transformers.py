@@ -384,7 +384,9 @@ def _check_writable(config, labels):
     problems = [f"{name}={getattr(config, name)!r} (transformers: {value!r})" for name, value in (
         ("classifier", "token"), ("class_token", True), ("num_register_tokens", 0),
         ("position_embedding", "learned_1d"), ("no_embed_class", False), ("fc_norm", False),
-        ("resnet_num_layers", None), ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True))
+        ("resnet_num_layers", None), ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True),
+        ("norm_layer", "layer_norm"), ("qk_norm", False), ("gated_mlp", False), ("patch_norm", False),
+        ("projection_dim", None))
         if getattr(config, name) != value]
     if config.representation_size and config.classes:
         problems.append(f"representation_size={config.representation_size} with a head (transformers has a "

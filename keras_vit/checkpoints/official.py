@@ -101,6 +101,10 @@ _REQUIRED = ("embedding/kernel", _ATTENTION.format(0) + "query/kernel", _BLOCK.f
 _NO_KEY = (
     (r"encoder_block_\d+/layer_scale_[12]/gamma", "LayerScale (layer_scale_init)"),
     (r"norm_pre/(gamma|beta)", "a LayerNorm before the blocks (norm_pre)"),
+    (r"encoder_block_\d+/attention/(query|key)_norm/\w+", "q/k norm (qk_norm)"),
+    (r"patch_norm/\w+", "a norm on the patch embeddings (patch_norm)"),
+    (r".+/scale", "RMSNorm (norm_layer='rms_norm')"),
+    (r"projection/kernel", "a projection of the pooled vector (projection_dim)"),
 )
 
 

@@ -651,8 +651,11 @@ def write(model, directory):
     problems = [f"{name}={getattr(config, name)!r} (timm: {value!r})" for name, value in (
         ("representation_size", None), ("resnet_num_layers", None), ("layer_norm_epsilon", 1e-6),
         # Written as plain timm ViT weights, these would read back as another function (timm's flags not written).
-        ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True))
+        ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True), ("norm_layer", "layer_norm"),
+        ("qk_norm", False), ("gated_mlp", False), ("patch_norm", False), ("projection_dim", None))
         if getattr(config, name) != value]
+    if config.classifier == "token_and_gap":
+        problems.append("classifier='token_and_gap' (timm: 'token', 'gap' or 'map')")
     if config.position_embedding not in ("learned_1d", "none"):
         problems.append(f"position_embedding={config.position_embedding!r} (timm: 'learned_1d' or 'none')")
     if problems:

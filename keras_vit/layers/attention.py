@@ -11,6 +11,10 @@ that depend on each query-key offset: `"relative"` (1-D offsets along the
 sequence) and `"relative_2d"` ((row, column) offsets between patches). Each
 is a module of `keras_vit.positions`, which gives its tables, its logits and
 its resize; this layer holds the tables.
+
+With `qk_norm`, each head's queries and keys are normalised over their
+`head_dim` channels before the scaling and the dot products (timm's
+`q_norm` / `k_norm`: one norm per projection, shared by the heads).
 """
 
 import math
@@ -21,7 +25,8 @@ from keras import ops
 
 from keras_vit import positions
 from keras_vit.checks import check_choice, check_count, to_pair
-from keras_vit.config import QKV_BIASES
+from keras_vit.config import NORM_LAYERS, QKV_BIASES
+from keras_vit.layers.norms import norm
 from keras_vit.positions.relative_2d import relative_2d_index  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
 
@@ -84,6 +89,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv_bias: `"all"` (official), `"none"`, or `"qv"`: query and value
             biases, the key's a fixed zero rather than a weight (EVA, BEiT;
             softmax ignores a key bias anyway). Defaults to `"all"`.
+        qk_norm: bool. Normalise each head's queries and keys (`query_norm`,
+            `key_norm`, over `head_dim`). Defaults to False.
+        norm_layer: `"layer_norm"` or `"rms_norm"`: the kind of the q/k
+            norms. Defaults to `"layer_norm"`.
+        layer_norm_epsilon: float. The q/k norms' epsilon. Defaults to 1e-6.
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -112,10 +122,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         num_prefix_tokens=0,
         interpolation="bilinear",
         qkv_bias="all",
+        qk_norm=False,
+        norm_layer="layer_norm",
+        layer_norm_epsilon=1e-6,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.num_heads = check_count(num_heads, "num_heads", minimum=1)
+        self.qk_norm = bool(qk_norm)
+        self.norm_layer = check_choice(norm_layer, NORM_LAYERS, "norm_layer")
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.query_norm, self.key_norm = (
+            [norm(norm_layer, self.layer_norm_epsilon, f"{name}_norm", self.dtype_policy) for name in ("query", "key")]
+            if self.qk_norm else (None, None))
         self.qkv_bias = check_choice(qkv_bias, QKV_BIASES, "qkv_bias")
         # The projections with a bias weight; the others add nothing.
         self._biased = {"all": ("query", "key", "value"), "none": (), "qv": ("query", "value")}[self.qkv_bias]
@@ -166,6 +185,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="output_kernel", shape=(self.num_heads, head_dim, width), initializer=kernel_init()
         )
         self.output_bias = self.add_weight(name="output_bias", shape=(width,), initializer="zeros")
+        if self.qk_norm:
+            for layer in (self.query_norm, self.key_norm):
+                layer.build((None, None, self.num_heads, head_dim))
         shapes = self.position.weight_shapes(width, self.grid_size, self.num_prefix_tokens, self.num_heads)
         for name, shape in shapes.items():  # self.relative_embedding, ...: N(0, 0.02), as the official position table
             setattr(self, name, self.add_weight(
@@ -194,7 +216,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None):
         def project(name, tokens):
             projected = ops.einsum("btd,dhk->bthk", tokens, getattr(self, f"{name}_kernel"))
-            return projected + getattr(self, f"{name}_bias") if name in self._biased else projected
+            if name in self._biased:
+                projected = projected + getattr(self, f"{name}_bias")
+            normed = {"query": self.query_norm, "key": self.key_norm}.get(name)
+            return normed(projected) if normed is not None else projected
 
         if query_tokens is not None and self.position.biases_attention:
             raise ValueError(f"query_tokens={query_tokens} cannot be used with relative_position="
@@ -235,4 +260,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "num_prefix_tokens": self.num_prefix_tokens,
             "interpolation": self.interpolation,
             "qkv_bias": self.qkv_bias,
+            "qk_norm": self.qk_norm,
+            "norm_layer": self.norm_layer,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
         }

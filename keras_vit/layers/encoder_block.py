@@ -9,6 +9,9 @@ both. timm's checkpoints use the exact (erf) GELU: `gelu_approximate=False`;
 CLIP's use QuickGELU, `activation="quick_gelu"`.
 With `layer_scale_init`, each branch is multiplied by a learned per-channel
 scale before the stochastic depth (timm's `ls1` / `ls2`, DeiT III, DINOv2).
+The norms may be RMSNorms (`norm_layer`), the MLP gated (SwiGLU: `gated_mlp`
+with `activation="silu"`), and attention may normalise queries and keys
+(`qk_norm`).
 """
 
 import keras
@@ -20,6 +23,7 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.gradient_boundary import gradient_boundary
 from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.norms import norm
 
 
 def resolve_activation(activation, gelu_approximate):
@@ -32,9 +36,11 @@ def resolve_activation(activation, gelu_approximate):
 
 
 def activate(x, activation, gelu_approximate):
-    """The MLP's nonlinearity: GELU (tanh or exact), or QuickGELU `x * sigmoid(1.702 x)` (CLIP's, timm's)."""
+    """The MLP's nonlinearity: GELU (tanh or exact), QuickGELU `x * sigmoid(1.702 x)` (CLIP's) or SiLU."""
     if activation == "quick_gelu":
         return x * ops.sigmoid(1.702 * x)
+    if activation == "silu":
+        return x * ops.sigmoid(x)
     return ops.gelu(x, approximate=gelu_approximate)
 
 
@@ -49,7 +55,11 @@ def _affine(dense, rows):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class Mlp(keras.layers.Layer):
-    """Dense, activation (GELU), dropout, dense, dropout.
+    """Dense, activation (GELU), dropout, dense, dropout; or gated (GLU).
+
+    Gated, `dense_1` gives `2 * mlp_dim` channels: the first half is the
+    gate, the second the value, and `activation(gate) * value` goes on (timm's
+    `SwiGLUPacked` and `SwiGLU`, transformers' DINOv2 SwiGLU, with SiLU).
 
     Args:
         mlp_dim: int. Hidden width (4x the model width in every variant).
@@ -57,19 +67,22 @@ class Mlp(keras.layers.Layer):
         gelu_approximate: bool. GELU by its tanh approximation (official)
             or exact (timm). Defaults to True.
         activation: `"gelu"` or `"quick_gelu"` (CLIP's `x * sigmoid(1.702 x)`,
-            which holds `gelu_approximate` False). Defaults to `"gelu"`.
+            which holds `gelu_approximate` False) or `"silu"`. Defaults to
+            `"gelu"`.
+        gated: bool. A gated MLP (see above). Defaults to False.
 
     Example:
     >>> tuple(Mlp(mlp_dim=32)(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", gated=False, **kwargs):
         super().__init__(**kwargs)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.activation, self.gelu_approximate = resolve_activation(activation, gelu_approximate)
-        self.dense_1 = self._dense(self.mlp_dim, "dense_1")
+        self.gated = bool(gated)
+        self.dense_1 = self._dense(self.mlp_dim * (2 if self.gated else 1), "dense_1")
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy, name="dropout")
 
     def _dense(self, units, name):
@@ -93,14 +106,19 @@ class Mlp(keras.layers.Layer):
         # (grappler's remapper, oneDNN) then runs matmul, bias and GELU as one kernel. It matches no other form,
         # and an unfused GELU is a sizeable share of B/16's inference in the graph (docs/performance.md).
         rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
-        hidden = activate(_affine(self.dense_1, rows), self.activation, self.gelu_approximate)
+        hidden = _affine(self.dense_1, rows)
+        if self.gated:
+            gate, value = hidden[:, : self.mlp_dim], hidden[:, self.mlp_dim :]
+            hidden = activate(gate, self.activation, self.gelu_approximate) * value
+        else:
+            hidden = activate(hidden, self.activation, self.gelu_approximate)
         hidden = self.dropout(hidden, training=training)
         outputs = ops.reshape(_affine(self.dense_2, hidden), ops.shape(inputs))
         return self.dropout(outputs, training=training)
 
     def get_config(self):
         return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,
-                "gelu_approximate": self.gelu_approximate, "activation": self.activation}
+                "gelu_approximate": self.gelu_approximate, "activation": self.activation, "gated": self.gated}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -122,6 +140,10 @@ class EncoderBlock(keras.layers.Layer):
             to `"gelu"`.
         qkv_bias: `"all"`, `"none"` or `"qv"`. Passed to
             `MultiHeadSelfAttention`. Defaults to `"all"`.
+        qk_norm: bool. Passed to `MultiHeadSelfAttention`. Defaults to False.
+        norm_layer: `"layer_norm"` or `"rms_norm"`: the kind of `norm_1`,
+            `norm_2` and the q/k norms. Defaults to `"layer_norm"`.
+        gated_mlp: bool. Passed to `Mlp` as `gated`. Defaults to False.
         layer_scale_init: None, or a float > 0: LayerScale after attention
             (`layer_scale_1`) and after the MLP (`layer_scale_2`), each
             `gamma` starting at this value (timm's `init_values`).
@@ -170,6 +192,9 @@ class EncoderBlock(keras.layers.Layer):
         activation="gelu",
         qkv_bias="all",
         layer_scale_init=None,
+        qk_norm=False,
+        norm_layer="layer_norm",
+        gated_mlp=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -187,14 +212,13 @@ class EncoderBlock(keras.layers.Layer):
         self.activation, self.gelu_approximate = resolve_activation(activation, gelu_approximate)
         self.qkv_bias = qkv_bias
         self.layer_scale_init = None if layer_scale_init is None else float(layer_scale_init)
+        self.qk_norm, self.norm_layer, self.gated_mlp = bool(qk_norm), norm_layer, bool(gated_mlp)
         self.relative_position = relative_position
         self.grid_size = grid_size
         self.num_prefix_tokens = num_prefix_tokens
         self.interpolation = interpolation
         policy = self.dtype_policy
-        self.norm_1 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm_1"
-        )
+        self.norm_1 = norm(norm_layer, self.layer_norm_epsilon, "norm_1", policy)
         self.attention = MultiHeadSelfAttention(
             num_heads,
             attention_dropout_rate=attention_dropout_rate,
@@ -203,14 +227,16 @@ class EncoderBlock(keras.layers.Layer):
             num_prefix_tokens=num_prefix_tokens,
             interpolation=interpolation,
             qkv_bias=qkv_bias,
+            qk_norm=self.qk_norm,
+            norm_layer=norm_layer,
+            layer_norm_epsilon=self.layer_norm_epsilon,
             dtype=policy,
             name="attention",
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy, name="dropout")
-        self.norm_2 = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm_2"
-        )
-        self.mlp = Mlp(mlp_dim, dropout_rate, self.gelu_approximate, self.activation, dtype=policy, name="mlp")
+        self.norm_2 = norm(norm_layer, self.layer_norm_epsilon, "norm_2", policy)
+        self.mlp = Mlp(mlp_dim, dropout_rate, self.gelu_approximate, self.activation, self.gated_mlp, dtype=policy,
+                       name="mlp")
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy, name="drop_path")
         # Named as norm_1 / norm_2; timm's ls1.gamma / ls2.gamma.
         self.layer_scales = [] if self.layer_scale_init is None else [
@@ -296,4 +322,7 @@ class EncoderBlock(keras.layers.Layer):
             "activation": self.activation,
             "qkv_bias": self.qkv_bias,
             "layer_scale_init": self.layer_scale_init,
+            "qk_norm": self.qk_norm,
+            "norm_layer": self.norm_layer,
+            "gated_mlp": self.gated_mlp,
         }
