@@ -24,7 +24,7 @@ from keras_vit.checks import check_bool, check_choice, check_count, check_float,
 # token_and_gap: DINOv2's classifier input, concat(class token, mean of the patch tokens).
 CLASSIFIERS = ("token", "gap", "map", "token_and_gap")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d", "none")
-INTERPOLATIONS = ("bilinear", "bicubic")
+INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_no_antialias")
 # The MLP's activation: GELU (in the form `gelu_approximate` says), CLIP's QuickGELU, x * sigmoid(1.702 x), or
 # SiLU, x * sigmoid(x) (SwiGLU's gate, with gated_mlp).
 ACTIVATIONS = ("gelu", "quick_gelu", "silu")
@@ -106,7 +106,8 @@ class ViTConfig:
     no_embed_class: bool = _field(False, CONVENTION, "timm's `no_embed_class`: the learned_1d table covers the "
                                   "patches only and the class token gets no position.")
     interpolation: str = _field("bilinear", RESOLUTION, "How position tables are resampled to another grid: "
-                                "'bilinear' (corner-aligned, official) or 'bicubic' (timm's).", choices=INTERPOLATIONS)
+                                "'bilinear' (corner-aligned, official), 'bicubic' (timm's, antialiased) or "
+                                "'bicubic_no_antialias' (transformers').", choices=INTERPOLATIONS)
     dynamic_image_size: bool = _field(False, RESOLUTION, "Accept any resolution at call time (tables resampled in "
                                       "the graph).")
     patch_bias: bool = _field(True, ARCHITECTURE, "Whether the patch projection has a bias (CLIP's has none).")

@@ -14,11 +14,16 @@ Methods:
   antialias=True)` (cubic convolution, a=-0.5, stretched when shrinking), what
   timm's `resample_abs_pos_embed` computes, offered for users who want to
   match timm.
+- "bicubic_no_antialias": PyTorch's `F.interpolate(mode="bicubic",
+  align_corners=False)` without antialiasing (a=-0.75, border samples
+  repeated, never stretched), what transformers' `interpolate_pos_encoding`
+  computes for ViT, DeiT, DINOv2, CLIP and SigLIP. It differs from "bicubic"
+  even when enlarging (by up to a third of a table's spread).
 """
 
 from keras import ops
 
-INTERPOLATIONS = ("bilinear", "bicubic")
+INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_no_antialias")
 
 
 def interpolation_matrix(in_size, out_size, method="bilinear", dtype="float32"):
@@ -27,7 +32,8 @@ def interpolation_matrix(in_size, out_size, method="bilinear", dtype="float32"):
     Args:
         in_size: int. Static length of the axis being resampled.
         out_size: int or scalar tensor. Length after resampling.
-        method: str. `"bilinear"` (corner-aligned) or `"bicubic"`.
+        method: str. `"bilinear"` (corner-aligned), `"bicubic"` or
+            `"bicubic_no_antialias"`.
         dtype: str. Dtype of the matrix; use float64 for load-time resizing.
 
     Returns:
@@ -52,6 +58,8 @@ def interpolation_matrix(in_size, out_size, method="bilinear", dtype="float32"):
         return (1 - frac)[:, None] * ops.one_hot(low, in_size, dtype=dtype) + frac[
             :, None
         ] * ops.one_hot(high, in_size, dtype=dtype)
+    if method == "bicubic_no_antialias":
+        return _keys_cubic_matrix(in_size, out, positions, dtype)
     # Bicubic as timm resamples position tables: PyTorch's antialiased bicubic
     # (`F.interpolate(..., antialias=True)`, timm's default since 0.9). Output o
     # is centred on input coordinate (o + 0.5) * in / out; its weights are the
@@ -68,13 +76,34 @@ def interpolation_matrix(in_size, out_size, method="bilinear", dtype="float32"):
     return weights / ops.sum(weights, axis=1, keepdims=True)
 
 
+def _keys_cubic_matrix(in_size, out, positions, dtype):
+    """PyTorch's plain bicubic: output o samples input coordinate (o + 0.5) * in / out - 0.5 from its four
+    neighbours with Keys' cubic kernel (a = -0.75), indices beyond the ends clamped to them."""
+    source = (positions + 0.5) * (in_size / out) - 0.5
+    floor = ops.floor(source)
+    t = source - floor
+    a = -0.75
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    matrix = 0.0
+    for offset, weight in ((-1, far(t + 1)), (0, near(t)), (1, near(1 - t)), (2, far(2 - t))):
+        index = ops.cast(ops.clip(floor + offset, 0, in_size - 1), "int32")
+        matrix = matrix + weight[:, None] * ops.one_hot(index, in_size, dtype=dtype)
+    return matrix
+
+
 def resize_grid(grid, new_shape, method="bilinear"):
     """Resizes a `(rows, cols, ...)` grid to `(new_rows, new_cols, ...)`.
 
     Args:
         grid: tensor of shape `(rows, cols, ...)` with static `rows`, `cols`.
         new_shape: pair of ints or scalar tensors, the new `(rows, cols)`.
-        method: str. `"bilinear"` (official, corner-aligned) or `"bicubic"`.
+        method: str. One of `INTERPOLATIONS`.
 
     Returns:
         The resized grid, in the dtype of `grid`.

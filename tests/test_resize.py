@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import keras
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ def test_bilinear_is_scipy_zoom_order_1(shape):
     np.testing.assert_allclose(np.asarray(resize_grid(GRID, shape)), expected, atol=1e-12)
 
 
-@pytest.mark.parametrize("method", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("method", ["bilinear", "bicubic", "bicubic_no_antialias"])
 def test_same_size_is_exactly_the_identity(method):
     grid = GRID.astype("float32")
     np.testing.assert_array_equal(np.asarray(resize_grid(grid, (4, 5), method)), grid)
@@ -35,6 +37,22 @@ def test_bicubic_rows_sum_to_one_and_use_a_minus_0_5(in_size, out_size):
 
     weights = cubic(np.abs(np.arange(in_size) - ((1 + 0.5) * in_size / out_size - 0.5)) / stretch)
     np.testing.assert_allclose(matrix[1], weights / weights.sum(), atol=1e-12)
+
+
+# PyTorch's F.interpolate(mode="bicubic", align_corners=False) matrices and a table resized by it, written by
+# tests/fixtures/make_family_fixtures.py: antialias=True is timm's rule, False transformers'.
+TORCH = np.load(Path(__file__).parent / "fixtures" / "families" / "resize_rules.npz")
+
+
+@pytest.mark.parametrize("method, antialias", [("bicubic", True), ("bicubic_no_antialias", False)])
+@pytest.mark.parametrize("out_size", [6, 2])
+def test_the_bicubic_rules_are_pytorchs(method, antialias, out_size):
+    matrix = np.asarray(interpolation_matrix(4, out_size, method, "float64"))
+    np.testing.assert_allclose(matrix, TORCH[f"bicubic_4_to_{out_size}_antialias_{antialias}"], atol=1e-6)
+    if out_size == 6:
+        table = TORCH["table_4x4"][0].transpose(1, 2, 0)  # (rows, cols, channels)
+        resized = np.asarray(resize_grid(table, (6, 6), method)).transpose(2, 0, 1)
+        np.testing.assert_allclose(resized, TORCH[f"table_6x6_antialias_{antialias}"][0], atol=1e-6)
 
 
 def test_dynamic_output_size_inside_a_tf_function():

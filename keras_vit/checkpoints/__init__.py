@@ -163,7 +163,7 @@ def _with_patch_size(config, arrays, patch_size):
     if patch_size == config.patch_size:
         return arrays
     # The resize the kernel undoes: timm's (bicubic) for files in timm's numerics, else FlexiViT's (bilinear).
-    method = "bicubic" if config.interpolation == "bicubic" else "bilinear"
+    method = "bicubic" if config.interpolation.startswith("bicubic") else "bilinear"
     return {**arrays, "embedding/kernel": resample_patch_kernel(arrays["embedding/kernel"], patch_size, method)}
 
 

@@ -12,10 +12,10 @@ formats convert their files to these keys, so one loader
 (`keras_vit.checkpoints.loading`) serves them all.
 
 Kinds the official code does not have (`learned_2d` position tables,
-relative attention, timm's `fc_norm`, the stored `ViTConfig`) are written
-under keys of the same style, marked "keras_vit extension", so every
-keras_vit model round-trips through the format; the official code ignores
-keys it does not know. `official_config` reads a file's `ViTConfig` back;
+relative attention, timm's `fc_norm`, LayerScale, q/k and patch norms, a
+projection, the stored `ViTConfig`) are written under keys of the same
+style, marked "keras_vit extension", so every keras_vit model round-trips
+through the format; the official code ignores keys it does not know. `official_config` reads a file's `ViTConfig` back;
 `describe` names what a file holds for error messages, with the same reading.
 """
 
@@ -62,7 +62,8 @@ RULES = (
     # Position tables (official pos_embedding; keras_vit extension: learned_2d and relative tables): each kind's
     # own keys.
     *positions.checkpoint_rules(),
-    (r"encoder_block_(\d+)/norm_1/gamma", r"Transformer/encoderblock_\1/LayerNorm_0/scale"),
+    # A LayerNorm's gamma and an RMSNorm's scale are both Flax's `scale`; the file's ViTConfig says which norm.
+    (r"encoder_block_(\d+)/norm_1/(?:gamma|scale)", r"Transformer/encoderblock_\1/LayerNorm_0/scale"),
     (r"encoder_block_(\d+)/norm_1/beta", r"Transformer/encoderblock_\1/LayerNorm_0/bias"),
     (
         r"encoder_block_(\d+)/attention/(query|key|value)_(kernel|bias)",
@@ -72,15 +73,26 @@ RULES = (
         r"encoder_block_(\d+)/attention/output_(kernel|bias)",
         r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/out/\2",
     ),
-    (r"encoder_block_(\d+)/norm_2/gamma", r"Transformer/encoderblock_\1/LayerNorm_2/scale"),
+    (r"encoder_block_(\d+)/norm_2/(?:gamma|scale)", r"Transformer/encoderblock_\1/LayerNorm_2/scale"),
     (r"encoder_block_(\d+)/norm_2/beta", r"Transformer/encoderblock_\1/LayerNorm_2/bias"),
     (r"encoder_block_(\d+)/mlp/dense_1/(kernel|bias)", r"Transformer/encoderblock_\1/MlpBlock_3/Dense_0/\2"),
     (r"encoder_block_(\d+)/mlp/dense_2/(kernel|bias)", r"Transformer/encoderblock_\1/MlpBlock_3/Dense_1/\2"),
-    (r"encoder_norm/gamma", "Transformer/encoder_norm/scale"),
+    (r"encoder_norm/(?:gamma|scale)", "Transformer/encoder_norm/scale"),
     (r"encoder_norm/beta", "Transformer/encoder_norm/bias"),
     # keras_vit extension: timm's LayerNorm after pooling.
-    (r"fc_norm/gamma", "fc_norm/scale"),
+    (r"fc_norm/(?:gamma|scale)", "fc_norm/scale"),
     (r"fc_norm/beta", "fc_norm/bias"),
+    # keras_vit extension: the blocks of the later families (issue 50), each weight under a key of its own.
+    (r"encoder_block_(\d+)/layer_scale_([12])/gamma", r"Transformer/encoderblock_\1/LayerScale_\2/scale"),
+    (r"encoder_block_(\d+)/attention/(query|key)_norm/(?:gamma|scale)",
+     r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/\2_norm/scale"),
+    (r"encoder_block_(\d+)/attention/(query|key)_norm/beta",
+     r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/\2_norm/bias"),
+    (r"norm_pre/(?:gamma|scale)", "Transformer/norm_pre/scale"),
+    (r"norm_pre/beta", "Transformer/norm_pre/bias"),
+    (r"patch_norm/(?:gamma|scale)", "embedding_norm/scale"),
+    (r"patch_norm/beta", "embedding_norm/bias"),
+    (r"projection/kernel", "projection/kernel"),
     (r"pre_logits/(kernel|bias)", r"pre_logits/\1"),
     (r"head/(kernel|bias)", r"head/\1"),
 )
@@ -96,28 +108,12 @@ _ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
 _REQUIRED = ("embedding/kernel", _ATTENTION.format(0) + "query/kernel", _BLOCK.format(0) + "MlpBlock_3/Dense_0/kernel")
 
 
-# Weights of keras_vit options no format holds yet; every reader and writer meets them here, so each refuses by
-# the option's name.
-_NO_KEY = (
-    (r"encoder_block_\d+/layer_scale_[12]/gamma", "LayerScale (layer_scale_init)"),
-    (r"norm_pre/(gamma|beta)", "a LayerNorm before the blocks (norm_pre)"),
-    (r"encoder_block_\d+/attention/(query|key)_norm/\w+", "q/k norm (qk_norm)"),
-    (r"patch_norm/\w+", "a norm on the patch embeddings (patch_norm)"),
-    (r".+/scale", "RMSNorm (norm_layer='rms_norm')"),
-    (r"projection/kernel", "a projection of the pooled vector (projection_dim)"),
-)
-
-
 def official_key(path):
     """`(key, transform)` of a keras_vit weight path, e.g. `encoder_norm/gamma`."""
     for pattern, template, *transform in RULES:
         match = re.fullmatch(pattern, path)
         if match:
             return match.expand(template), (transform or [None])[0]
-    for pattern, option in _NO_KEY:
-        if re.fullmatch(pattern, path):
-            raise ValueError(f"keras_vit's checkpoint formats do not hold {option} yet (the weight {path!r}): "
-                             "save such a model as a .keras file (model.save) or with model.save_weights")
     raise ValueError(
         f"The weight {path!r} has no key in the official checkpoint format "
         "nor an extension key of keras_vit"
