@@ -8,7 +8,9 @@ no test here needs torch or timm.
 import json
 import math
 import os
+import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -249,11 +251,12 @@ def test_a_header_whose_tensors_do_not_tile_the_data_is_refused(tmp_path, header
 
 # ---------------------------------------------------------------- what keras_vit cannot represent
 UNSUPPORTED = (  # extra timm weights, what the message must say
-    ({"blocks.0.ls1.gamma": np.ones(64, np.float32)}, r"layer scale .*ls1\.gamma"),
     ({"attn_pool.q_norm.weight": np.ones(16, np.float32)}, r"qk-norm in the attention pooling"),
-    ({"norm_pre.weight": np.ones(64, np.float32)}, r"norm_pre"),
-    ({"blocks.1.attn.q_norm.weight": np.ones(16, np.float32)}, r"qk-norm"),
+    ({"blocks.0.attn.norm.weight": np.ones(64, np.float32)}, r"a norm inside attention or the MLP"),
 )
+# Weights of the later families (read since issue 50) in a file whose config.json says a plain ViT.
+UNDESCRIBED = ({"blocks.0.ls1.gamma": np.ones(64, np.float32)}, {"norm_pre.weight": np.ones(64, np.float32)},
+               {"blocks.1.attn.q_norm.weight": np.ones(16, np.float32)})
 
 
 def test_a_distillation_token_in_a_file_that_says_otherwise_is_refused(tmp_path):
@@ -281,6 +284,13 @@ def test_unsupported_timm_features_raise_naming_the_file_and_feature(tmp_path):
             timm.read(path)
 
 
+def test_family_weights_a_plain_config_does_not_describe_are_refused(tmp_path):
+    for extra in UNDESCRIBED:
+        path = augreg_copy(tmp_path, {**augreg_tensors(), **extra})
+        with pytest.raises(ValueError, match=rf"unknown weights: \['{re.escape(next(iter(extra)))}'\]"):
+            timm.read(path)
+
+
 def test_unknown_and_missing_weights_are_listed(tmp_path):
     tensors = augreg_tensors()
     tensors["blocks.0.mlp.fc1_g.weight"] = tensors["blocks.0.mlp.fc1.weight"]
@@ -290,16 +300,16 @@ def test_unknown_and_missing_weights_are_listed(tmp_path):
         timm.read(augreg_copy(tmp_path, tensors))
 
 
-def test_no_qkv_bias_raises(tmp_path):
+def test_a_qkv_bias_missing_from_a_biased_model_is_refused(tmp_path):
     tensors = augreg_tensors()
     del tensors["blocks.0.attn.qkv.bias"]
-    with pytest.raises(ValueError, match=r"qkv_bias=False.*expected blocks\.0\.attn\.qkv\.bias"):
+    with pytest.raises(ValueError, match=r"missing weights: \['blocks\.0\.attn\.qkv\.bias'\]"):
         timm.read(augreg_copy(tmp_path, tensors))
 
 
 CONFIG_CHANGES = (  # a change to augreg's config.json, what the message must say
-    (dict(architecture="vit_base_patch16_clip_224"), r"architecture 'vit_base_patch16_clip_224' is not"),
-    (dict(model_args=dict(init_values=1e-5)), r"model_args \{'init_values': 1e-05\}.*cannot represent"),
+    (dict(architecture="eva02_base_patch14_224"), r"architecture 'eva02_base_patch14_224' is not"),
+    (dict(model_args=dict(scale_attn_norm=True)), r"model_args \{'scale_attn_norm': True\}.*cannot represent"),
     (dict(model_args=dict(global_pool="max")), r"global_pool='max'"),
     (dict(model_args=dict(global_pool="map")), r"says map_head=True but the weights have map_head=False"),
     (dict(model_args=dict(reg_tokens=2)), r"says num_register_tokens=2 but the weights have num_register_tokens=0"),
@@ -326,6 +336,15 @@ def test_config_json_keras_vit_cannot_follow_raises(tmp_path):
             json.dump(config, f)
         with pytest.raises(ValueError, match=r"config\.json.*" + message):
             timm.read(path)
+
+
+def test_a_config_json_of_a_family_with_a_plain_vits_weights_is_refused(tmp_path):
+    path = augreg_copy(tmp_path, augreg_tensors())
+    config = json.loads(Path(path, "config.json").read_text())
+    config["model_args"]["init_values"] = 1e-5  # LayerScale, which the weights lack
+    Path(path, "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"missing weights: \['blocks\.0\.ls1\.gamma', 'blocks\.0\.ls2\.gamma'"):
+        timm.read(path)
 
 
 def test_directory_without_weights_or_config_raises(tmp_path):

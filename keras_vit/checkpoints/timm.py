@@ -82,6 +82,56 @@ REGISTER_AND_MAP_ARCHITECTURES = {
                                           mlp_ratio=3.7362, **_SIGLIP),
 }
 
+# The later families (vision_transformer.py's and deit.py's builders, timm 1.0.31), each with what its builder
+# passes: timm's model_args where JSON holds them (init_values, pre_norm, qkv_bias, proj_bias, act_layer, ...),
+# and keras_vit's words for the layer classes it passes (`norm_layer` 'layernorm' | 'rmsnorm' with `norm_eps`,
+# `embed_norm` for AIMv2's patch_embed norm, `mlp_layer` 'swiglu_packed' (GluMlp, gate first) | 'swiglu').
+# Their files' model_args hold only what create_model was given, so the family's defaults come from here.
+# tests/fixtures/families/architectures.json holds what each builder passes; a test compares.
+# The CLIP towers timm registers: (patch, width, depth, heads[, mlp_ratio]) and the names' tails.
+_CLIP_TOWERS = {
+    "base_patch16": ((16, 768, 12, 12), ("224", "384", "quickgelu_224")),
+    "base_patch16_plus": ((16, 896, 12, 14), ("240",)),
+    "base_patch32": ((32, 768, 12, 12), ("224", "256", "384", "448", "quickgelu_224")),
+    "betwixt_patch32": ((32, 640, 12, 10), ("224",)),
+    "giant_patch14": ((14, 1408, 40, 16, 48 / 11), ("224",)),
+    "gigantic_patch14": ((14, 1664, 48, 16, 64 / 13), ("224", "378", "quickgelu_224")),
+    "huge_patch14": ((14, 1280, 32, 16), ("224", "336", "378", "quickgelu_224", "quickgelu_378")),
+    "large_patch14": ((14, 1024, 24, 16), ("224", "336", "quickgelu_224", "quickgelu_336")),
+    "medium_patch16": ((16, 512, 12, 8), ("224",)),
+    "medium_patch32": ((32, 512, 12, 8), ("224",)),
+    "xsmall_patch16": ((16, 256, 10, 4), ("224",)),
+}
+_CLIP = dict(pre_norm=True, norm_eps=1e-5)
+_AIMV2 = dict(class_token=False, fc_norm=False, global_pool="avg", qkv_bias=False, proj_bias=False, act_layer="silu",
+              norm_layer="rmsnorm", norm_eps=1e-5, embed_norm=True, mlp_layer="swiglu")
+_DINOV2_GIANT = dict(mlp_ratio=5.33334, mlp_layer="swiglu_packed", act_layer="silu")
+
+
+def _sized(patch, width, depth, heads, **extra):
+    return dict(patch_size=patch, embed_dim=width, depth=depth, num_heads=heads, **extra)
+
+
+_DINOV2_SIZES = {"small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16), "giant": (1536, 40, 24)}
+_DEIT3_SIZES = {"small": (16, 384, 12, 6), "medium": (16, 512, 12, 8), "base": (16, 768, 12, 12),
+                "large": (16, 1024, 24, 16), "huge": (14, 1280, 32, 16)}
+_AIMV2_SIZES = {"large": (1024, 8, 2.75), "huge": (1536, 12, 2.6667), "1b": (2048, 16, 2.75), "3b": (3072, 24, 2.6667)}
+FAMILY_ARCHITECTURES = {
+    **{f"vit_{size}_patch14_{reg}dinov2": _sized(
+        14, *dims, init_values=1e-5, **(_DINOV2_GIANT if size == "giant" else {}),
+        **(dict(reg_tokens=4, no_embed_class=True) if reg else {}))
+       for size, dims in _DINOV2_SIZES.items() for reg in ("", "reg4_")},
+    **{f"deit3_{size}_patch{patch}_{r}": _sized(patch, *dims, no_embed_class=True, init_values=1e-6, img_size=r)
+       for size, (patch, *dims) in _DEIT3_SIZES.items() for r in (224, 384)
+       if (size, r) not in (("medium", 384), ("huge", 384))},
+    **{f"vit_{tower}_clip_{tail}": _sized(
+        *dims[:4], **({"mlp_ratio": dims[4]} if len(dims) > 4 else {}), img_size=int(tail.rpartition("_")[2]),
+        **_CLIP, **({"act_layer": "quick_gelu"} if tail.startswith("quickgelu") else {}))
+       for tower, (dims, tails) in _CLIP_TOWERS.items() for tail in tails},
+    **{f"aimv2_{size}_patch14_{r}": _sized(14, width, 24, heads, mlp_ratio=ratio, img_size=r, **_AIMV2)
+       for size, (width, heads, ratio) in _AIMV2_SIZES.items() for r in (224, 336, 448)},
+}
+
 # timm's width -> heads of its named sizes, for files without config.json.
 HEADS_BY_WIDTH = {SIZES[ours].hidden_size: SIZES[ours].num_heads for ours in _SIZE_NAMES.values()}
 
@@ -89,24 +139,27 @@ HEADS_BY_WIDTH = {SIZES[ours].hidden_size: SIZES[ours].num_heads for ours in _SI
 # shape training or initialisation (no effect on the outputs).
 _READ_ARGS = {"img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth", "num_heads",
               "mlp_ratio", "class_token", "pos_embed", "no_embed_class", "fc_norm", "dynamic_img_size",
-              "drop_path_rate", "attn_drop_rate", "proj_drop_rate", "reg_tokens", "act_layer"}
+              "drop_path_rate", "attn_drop_rate", "proj_drop_rate", "reg_tokens", "act_layer", "qkv_bias", "qk_norm",
+              "init_values", "pre_norm", "proj_bias", "norm_layer"}
 _TRAINING_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "weight_init", "fix_init"}
 # model_args that change the network, at the value keras_vit's network has.
-_FIXED_ARGS = {"qkv_bias": True, "qk_norm": False, "scale_attn_norm": False, "scale_mlp_norm": False,
-               "proj_bias": True, "init_values": None, "pre_norm": False, "final_norm": True,
+_FIXED_ARGS = {"scale_attn_norm": False, "scale_mlp_norm": False, "final_norm": True,
                "pool_include_prefix": False, "dynamic_img_pad": False, "embed_layer": None,
-               "embed_norm_layer": None, "norm_layer": None, "block_fn": None,
-               "mlp_layer": None, "attn_layer": None}
+               "embed_norm_layer": None, "block_fn": None, "mlp_layer": None, "attn_layer": None}
+# timm's norm_layer names (model_args) and keras_vit's.
+_NORM_LAYERS = {None: "layer_norm", "layernorm": "layer_norm", "rmsnorm": "rms_norm"}
 
 # Weights of timm features keras_vit does not have, and what they are.
 _UNSUPPORTED_WEIGHTS = (
-    (r"blocks\.\d+\.ls[12]\.gamma", "layer scale (`ls1.gamma` / `ls2.gamma`, timm's init_values)"),
-    (r"norm_pre\..*", "a LayerNorm before the blocks (`norm_pre`, timm's pre_norm)"),
     (r"attn_pool\.(q_norm|k_norm)\..*", "qk-norm in the attention pooling (`attn_pool.q_norm` / `k_norm`)"),
     (r"attn_pool\.pos_embed", "a position table in the attention pooling (`attn_pool.pos_embed`)"),
-    (r"blocks\.\d+\.attn\.[qk]_norm\..*", "qk-norm (`q_norm` / `k_norm`)"),
     (r"blocks\.\d+\.(attn|mlp)\.norm\..*", "a norm inside attention or the MLP (scale_attn_norm / scale_mlp_norm)"),
-    (r"patch_embed\.norm\..*", "a norm after the patch embedding (`patch_embed.norm`)"),
+)
+# Weights of the later families whose numerics (epsilon, activation, init) only config.json says: a bare file
+# holding them is refused rather than read with timm's defaults.
+_NEEDS_CONFIG = (
+    (r"blocks\.\d+\.ls[12]\.gamma", "LayerScale"), (r"norm_pre\..*", "a norm before the blocks (pre_norm)"),
+    (r"blocks\.\d+\.attn\.[qk]_norm\..*", "q/k norm"), (r"patch_embed\.norm\..*", "a patch-embedding norm"),
 )
 
 
@@ -150,15 +203,41 @@ def read(path, image_size=None, num_heads=None):
         ValueError: naming the file, what was expected and what was found.
     """
     weights_path, config_path = _locate(str(path))
-    tensors = read_safetensors(weights_path)
+    tensors = _packed_swiglu(read_safetensors(weights_path))
     _check_supported(tensors, weights_path)
     facts = _weight_facts(tensors, weights_path)
     if config_path is None:
         logging.info("%s has no config.json beside it: its architecture is read off the weight shapes", weights_path)
+        _refuse_later_families(tensors, facts, weights_path)
         config = _config_from_weights(facts, weights_path, num_heads, image_size)
     else:
         config = _config_from_json(_load_json(config_path), facts, config_path, num_heads)
     return config, _to_official(tensors, config, weights_path)
+
+
+def _packed_swiglu(tensors):
+    """`tensors` with each block's split SwiGLU (`fc1_g`, `fc1_x`: AIMv2) packed as one `fc1`, gate rows first:
+    the layout of timm's SwiGLUPacked and of keras_vit's gated MLP."""
+    packed = dict(tensors)
+    for name in [n for n in tensors if re.fullmatch(r"blocks\.\d+\.mlp\.fc1_g\.(weight|bias)", n)]:
+        value = name.replace(".fc1_g.", ".fc1_x.")
+        if value in tensors:
+            packed[name.replace(".fc1_g.", ".fc1.")] = np.concatenate([packed.pop(name), packed.pop(value)])
+    return packed
+
+
+def _refuse_later_families(tensors, facts, source):
+    """A bare file of a later family is refused: its epsilon, activation and biases are in config.json only."""
+    found = [what for pattern, what in _NEEDS_CONFIG if any(re.fullmatch(pattern, name) for name in tensors)]
+    if facts["gated_mlp"]:
+        found.append("a gated MLP")
+    if "blocks.0.norm1.weight" in tensors and "blocks.0.norm1.bias" not in tensors:
+        found.append("RMSNorm")
+    if not facts["proj_bias"] or "blocks.0.attn.qkv.bias" not in tensors:
+        found.append("projections without bias")
+    if found:
+        raise ValueError(f"{source} has {', '.join(dict.fromkeys(found))}, whose epsilon, activation and biases "
+                         "only timm's config.json states; expected it beside the file (pass the model directory)")
 
 
 def has_config(path):
@@ -202,11 +281,6 @@ def _check_supported(tensors, source):
         found = sorted(name for name in tensors if re.fullmatch(pattern, name))
         if found:
             raise ValueError(f"{source} has {feature}, which keras_vit's ViT does not have; found {found[:4]}")
-    no_bias = sorted(bias for name in tensors if name.endswith(".attn.qkv.weight")
-                     and (bias := name[:-len("weight")] + "bias") not in tensors)
-    if no_bias:
-        raise ValueError(f"{source} has attention without qkv bias (timm's qkv_bias=False), which keras_vit's "
-                         f"ViT always has; expected {no_bias[0]}, found none")
 
 
 def _weight_facts(tensors, source):
@@ -216,7 +290,8 @@ def _weight_facts(tensors, source):
         raise ValueError(f"{source} holds transformers ViT/DeiT tensors (e.g. {sorted(tensors)[0]!r}), not a timm "
                          "checkpoint; expected its folder, with the config.json beside model.safetensors "
                          "(save_pretrained's directory), found no config.json")
-    for key in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.mlp.fc1.weight"):
+    for key in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.mlp.fc1.weight",
+                "blocks.0.mlp.fc2.weight"):
         if key not in tensors:
             raise ValueError(f"{source} is not a timm ViT checkpoint: expected a tensor {key!r}, found "
                              f"{len(tensors)} tensors, e.g. {sorted(tensors)[:6]}")
@@ -225,12 +300,15 @@ def _weight_facts(tensors, source):
     pos = tensors.get("pos_embed")
     return dict(
         patch_size=(patch_h, patch_w), hidden_size=width, channels=channels,
-        num_layers=max(blocks) + 1, mlp_dim=tensors["blocks.0.mlp.fc1.weight"].shape[0],
+        # The MLP's hidden width is fc2's input: a gated MLP's fc1 gives twice that (gate and value).
+        num_layers=max(blocks) + 1, mlp_dim=tensors["blocks.0.mlp.fc2.weight"].shape[1],
+        gated_mlp=tensors["blocks.0.mlp.fc1.weight"].shape[0] == 2 * tensors["blocks.0.mlp.fc2.weight"].shape[1],
+        proj_bias="blocks.0.attn.proj.bias" in tensors,
         class_token="cls_token" in tensors, distilled="dist_token" in tensors, fc_norm="fc_norm.weight" in tensors,
         num_register_tokens=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
         map_head="attn_pool.latent" in tensors,
         positions=None if pos is None else pos.shape[1],
-        classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
+        classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0, names=set(tensors),
         representation_size=tensors["pre_logits.fc.weight"].shape[0] if "pre_logits.fc.weight" in tensors else None,
     )
 
@@ -299,9 +377,12 @@ def _config_from_json(cfg, facts, source, num_heads):
     size = to_pair(args.get("img_size", 224), f"img_size of {source}")
     patch = args.get("patch_size", 16)
     patch = (patch, patch) if isinstance(patch, int) else tuple(patch)
+    mlp_layer = args.get("mlp_layer", "mlp")
+    hidden = int(args.get("embed_dim", 768) * args.get("mlp_ratio", 4.0))  # timm's Block; GluMlp halves it
     stated = dict(
         hidden_size=args.get("embed_dim", 768), num_layers=args.get("depth", 12), patch_size=patch,
-        mlp_dim=int(args.get("embed_dim", 768) * args.get("mlp_ratio", 4.0)), channels=args.get("in_chans", 3),
+        mlp_dim=hidden // 2 if mlp_layer == "swiglu_packed" else hidden, gated_mlp=mlp_layer != "mlp",
+        proj_bias=args.get("proj_bias", True), channels=args.get("in_chans", 3),
         classes=args.get("num_classes", 1000), class_token=args.get("class_token", True),
         fc_norm=pool == "avg" if fc_norm is None else fc_norm, representation_size=None,
         distilled=args.get("distilled", False), num_register_tokens=args.get("reg_tokens", 0), map_head=pool == "map",
@@ -314,31 +395,46 @@ def _config_from_json(cfg, facts, source, num_heads):
     _check_positions(facts, grid, no_embed_class, args.get("pos_embed", "learn"), source)
     return _make_config(source, facts, num_heads=args["num_heads"], grid=grid,
                         classifier=_POOLS[pool], no_embed_class=no_embed_class,
-                        gelu_approximate=_gelu_approximate(args.get("act_layer"), source),
+                        **_activation(args.get("act_layer"), source), **_block_fields(args, source),
                         **_pretrained_fields(cfg), **_training_fields(args))
 
 
 # timm's global_pool -> keras_vit's classifier.
 _POOLS = {"token": "token", "avg": "gap", "map": "map"}
-# timm's act_layer names keras_vit's MLP computes: whether each is GELU's tanh approximation.
-_ACTIVATIONS = {None: False, "gelu": False, "gelu_tanh": True}
+# timm's act_layer names keras_vit's MLP computes: (activation, gelu_approximate).
+_ACTIVATIONS = {None: ("gelu", False), "gelu": ("gelu", False), "gelu_tanh": ("gelu", True),
+                "quick_gelu": ("quick_gelu", False), "silu": ("silu", False), "swish": ("silu", False)}
 
 
-def _gelu_approximate(act_layer, source):
+def _activation(act_layer, source):
     if act_layer not in _ACTIVATIONS:
-        raise ValueError(f"{source}: act_layer={act_layer!r}; keras_vit's MLP computes act_layer None, 'gelu' "
-                         "(exact) or 'gelu_tanh'")
-    return _ACTIVATIONS[act_layer]
+        raise ValueError(f"{source}: act_layer={act_layer!r}; keras_vit's MLP computes act_layer "
+                         f"{sorted(filter(None, _ACTIVATIONS))} (or none: exact GELU)")
+    activation, approximate = _ACTIVATIONS[act_layer]
+    return dict(activation=activation, gelu_approximate=approximate)
+
+
+def _block_fields(args, source):
+    """The later families' blocks (LayerScale, pre-norm, q/k norm, norms, biases, SwiGLU) as ViTConfig fields."""
+    if args.get("norm_layer") not in _NORM_LAYERS:
+        raise ValueError(f"{source}: norm_layer={args['norm_layer']!r}; keras_vit reads timm's norm_layer "
+                         f"{sorted(filter(None, _NORM_LAYERS))}")
+    pre_norm = bool(args.get("pre_norm", False))
+    return dict(layer_scale_init=args.get("init_values"), norm_pre=pre_norm, patch_bias=not pre_norm,
+                qkv_bias="all" if args.get("qkv_bias", True) else "none", qk_norm=bool(args.get("qk_norm", False)),
+                norm_layer=_NORM_LAYERS[args.get("norm_layer")], layer_norm_epsilon=args.get("norm_eps", 1e-6),
+                patch_norm=bool(args.get("embed_norm", False)), gated_mlp=args.get("mlp_layer", "mlp") != "mlp")
 
 
 def _timm_args(cfg, source):
     """timm's model arguments: architecture table < pretrained_cfg < top level < model_args (timm's order)."""
     pretrained = cfg.get("pretrained_cfg") or cfg  # older files: one flat dict
     architecture = cfg.get("architecture")
-    table = {**ARCHITECTURES, **REGISTER_AND_MAP_ARCHITECTURES}
+    table = {**ARCHITECTURES, **REGISTER_AND_MAP_ARCHITECTURES, **FAMILY_ARCHITECTURES}
     if architecture not in table:
-        raise ValueError(f"{source}: architecture {architecture!r} is not a timm ViT/DeiT keras_vit reads; "
-                         f"expected one of {sorted(table)}")
+        raise ValueError(f"{source}: architecture {architecture!r} is not a timm ViT keras_vit reads; expected one "
+                         f"of {len(table)} names: the vit_*, deit_*, deit3_*, *_dinov2, *_clip_* and aimv2_* in "
+                         "docs/checkpoints.md")
     args = dict(table[architecture])
     for holder, where in ((pretrained, "pretrained_cfg." if pretrained is not cfg else ""), (cfg, ""),
                           (cfg.get("model_args") or {}, "model_args.")):
@@ -436,7 +532,7 @@ def _make_config(source, facts, num_heads, grid, classifier, no_embed_class, **e
             num_register_tokens=facts["num_register_tokens"], no_embed_class=no_embed_class,
             position_embedding="none" if facts["positions"] is None else "learned_1d",
             fc_norm=facts["fc_norm"], representation_size=facts["representation_size"], classes=facts["classes"],
-            **{**_TIMM_NUMERICS, **extra},
+            **{**_TIMM_NUMERICS, "patch_bias": "patch_embed.proj.bias" in facts["names"], **extra},
         )
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
@@ -505,6 +601,17 @@ RULES = (
     # keras_vit extension key: register tokens.
     ("reg_token", "reg", _same),
     ("pos_embed", "Transformer/posembed_input/pos_embedding", _same),
+    # keras_vit extension keys: the later families' pre-norm, patch norm, q/k norms and LayerScale.
+    ("norm_pre.weight", "Transformer/norm_pre/scale", _same),
+    ("norm_pre.bias", "Transformer/norm_pre/bias", _same),
+    ("patch_embed.norm.weight", "embedding_norm/scale", _same),
+    ("patch_embed.norm.bias", "embedding_norm/bias", _same),
+    ("blocks.{i}.attn.q_norm.weight", _ATTENTION + "query_norm/scale", _same),
+    ("blocks.{i}.attn.q_norm.bias", _ATTENTION + "query_norm/bias", _same),
+    ("blocks.{i}.attn.k_norm.weight", _ATTENTION + "key_norm/scale", _same),
+    ("blocks.{i}.attn.k_norm.bias", _ATTENTION + "key_norm/bias", _same),
+    ("blocks.{i}.ls1.gamma", _BLOCK + "LayerScale_1/scale", _same),
+    ("blocks.{i}.ls2.gamma", _BLOCK + "LayerScale_2/scale", _same),
     ("blocks.{i}.norm1.weight", _BLOCK + "LayerNorm_0/scale", _same),
     ("blocks.{i}.norm1.bias", _BLOCK + "LayerNorm_0/bias", _same),
     ("blocks.{i}.attn.qkv.weight", tuple(k.replace("{kind}", "kernel") for k in _QKV), _qkv_kernel),
@@ -544,10 +651,21 @@ RULES = (
 )
 
 
-def _expected_shapes(config):
-    """`{timm name: shape}` of every weight a timm model of `config` has."""
+def _norm_shapes(name, width, config):
+    """A norm's weights: LayerNorm's weight and bias, RMSNorm's weight alone."""
+    return {f"{name}.weight": (width,), **({f"{name}.bias": (width,)} if config.norm_layer == "layer_norm" else {})}
+
+
+def _expected_shapes(config, proj_bias=True):
+    """`{timm name: shape}` of every weight a timm model of `config` has (`proj_bias`: timm's, AIMv2's False)."""
     width, mlp, (ph, pw) = config.hidden_size, config.mlp_dim, config.patch_size
-    shapes = {"patch_embed.proj.weight": (width, config.channels, ph, pw), "patch_embed.proj.bias": (width,)}
+    shapes = {"patch_embed.proj.weight": (width, config.channels, ph, pw)}
+    if config.patch_bias:
+        shapes["patch_embed.proj.bias"] = (width,)
+    if config.patch_norm:
+        shapes.update(_norm_shapes("patch_embed.norm", width, config))
+    if config.norm_pre:
+        shapes.update(_norm_shapes("norm_pre", width, config))
     if config.class_token:
         shapes["cls_token"] = (1, 1, width)
     if config.distilled:
@@ -557,13 +675,21 @@ def _expected_shapes(config):
     if config.position_embedding == "learned_1d":
         prefix = 0 if config.no_embed_class else config.num_prefix_tokens
         shapes["pos_embed"] = (1, math.prod(config.grid_size) + prefix, width)
-    block = {"norm1.weight": (width,), "norm1.bias": (width,), "attn.qkv.weight": (3 * width, width),
-             "attn.qkv.bias": (3 * width,), "attn.proj.weight": (width, width), "attn.proj.bias": (width,),
-             "norm2.weight": (width,), "norm2.bias": (width,), "mlp.fc1.weight": (mlp, width),
-             "mlp.fc1.bias": (mlp,), "mlp.fc2.weight": (width, mlp), "mlp.fc2.bias": (width,)}
+    fc1 = 2 * mlp if config.gated_mlp else mlp
+    block = {**_norm_shapes("norm1", width, config), "attn.qkv.weight": (3 * width, width),
+             "attn.proj.weight": (width, width), **_norm_shapes("norm2", width, config),
+             "mlp.fc1.weight": (fc1, width), "mlp.fc2.weight": (width, mlp)}
+    if config.qkv_bias == "all":
+        block["attn.qkv.bias"] = (3 * width,)
+    if proj_bias:
+        block.update({"attn.proj.bias": (width,), "mlp.fc1.bias": (fc1,), "mlp.fc2.bias": (width,)})
+    if config.qk_norm:
+        head_dim = width // config.num_heads
+        block.update({**_norm_shapes("attn.q_norm", head_dim, config), **_norm_shapes("attn.k_norm", head_dim, config)})
+    if config.layer_scale_init is not None:
+        block.update({"ls1.gamma": (width,), "ls2.gamma": (width,)})
     shapes.update({f"blocks.{i}.{name}": shape for i in range(config.num_layers) for name, shape in block.items()})
-    norm = "fc_norm" if config.fc_norm else "norm"
-    shapes.update({f"{norm}.weight": (width,), f"{norm}.bias": (width,)})
+    shapes.update(_norm_shapes("fc_norm" if config.fc_norm else "norm", width, config))
     if config.classifier == "map":  # AttentionPoolLatent: one latent, q and kv projections, norm, MLP
         shapes.update({"attn_pool.latent": (1, 1, width), "attn_pool.q.weight": (width, width),
                        "attn_pool.q.bias": (width,), "attn_pool.kv.weight": (2 * width, width),
@@ -582,9 +708,9 @@ def _expected_shapes(config):
     return shapes
 
 
-def _check_names_and_shapes(tensors, config, source):
+def _check_names_and_shapes(tensors, config, source, proj_bias=True):
     """One error listing missing and unexpected weights and shape mismatches (expected vs the file's)."""
-    expected = _expected_shapes(config)
+    expected = _expected_shapes(config, proj_bias)
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(set(tensors) - set(expected))
     mismatched = {name: (expected[name], tuple(tensors[name].shape)) for name in sorted(set(expected) & set(tensors))
@@ -597,8 +723,18 @@ def _check_names_and_shapes(tensors, config, source):
 
 
 def _to_official(tensors, config, source):
-    """`{official key: array}` of every timm weight; anything unknown has raised before."""
-    _check_names_and_shapes(tensors, config, source)
+    """`{official key: array}` of every timm weight; anything unknown has raised before.
+
+    A model without projection biases (AIMv2's proj_bias=False) gets zero ones: keras_vit's attention output and
+    MLP always have a bias, and a zero bias computes the same function.
+    """
+    proj_bias = "blocks.0.attn.proj.bias" in tensors
+    _check_names_and_shapes(tensors, config, source, proj_bias)
+    if not proj_bias:
+        fc1 = tensors["blocks.0.mlp.fc1.weight"].shape[0]
+        tensors = {**tensors, **{f"blocks.{i}.{name}": np.zeros(size, np.float32) for i in range(config.num_layers)
+                                 for name, size in (("attn.proj.bias", config.hidden_size), ("mlp.fc1.bias", fc1),
+                                                    ("mlp.fc2.bias", config.hidden_size))}}
     arrays = {}
     for name, keys, transform in RULES:
         for i in range(config.num_layers) if "{i}" in name else (None,):
