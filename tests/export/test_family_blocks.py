@@ -1,0 +1,50 @@
+"""The blocks of the later families through the three exports: each exporter's own check (SavedModel loaded by
+TensorFlow's C API, TFLite by LiteRT with builtin ops only, OpenVINO's IR by its runtime) passes, and the served
+answers are Keras'."""
+
+import numpy as np
+import pytest
+
+import keras_vit
+from export import openvino_ir, saved_model, tflite
+from tests.export.test_serving_matrix import check_served
+from tests.layer_checks import randomize_weights
+
+TINY = dict(patch_size=8, hidden_size=32, mlp_dim=48, num_heads=2, num_layers=2, image_size=16, classes=3,
+            classifier_activation=None)
+CASES = {  # DINOv2 (giant) with registers and its classifier; AIMv2's blocks; CLIP's with a projection
+    "dinov2": dict(layer_scale_init=0.5, gated_mlp=True, activation="silu", num_register_tokens=2,
+                   classifier="token_and_gap"),
+    "aimv2_qk_norm": dict(norm_layer="rms_norm", patch_norm=True, qk_norm=True, qkv_bias="none", class_token=False,
+                          classifier="gap", gated_mlp=True, activation="silu", layer_norm_epsilon=1e-5),
+    "clip": dict(norm_pre=True, patch_bias=False, activation="quick_gelu", projection_dim=8, fc_norm=True,
+                 layer_norm_epsilon=1e-5),
+}
+IMAGES = np.random.default_rng(2).uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def model(request):
+    model = keras_vit.ViT(**TINY, **CASES[request.param])
+    randomize_weights(model, scale=0.3)
+    return model
+
+
+@pytest.mark.slow
+def test_each_family_is_served_as_keras_computes_it(model, tmp_path):
+    path = saved_model.export_saved_model(model, tmp_path, name="vit")
+    check_served(model, path, 16)
+
+
+@pytest.mark.slow
+def test_each_family_converts_to_builtin_tflite_and_answers_as_keras(model):
+    converted = tflite.convert(model)
+    assert not tflite.non_builtin_ops(converted)
+    np.testing.assert_allclose(tflite.run(converted, IMAGES), np.asarray(model.predict(IMAGES, verbose=0)),
+                               atol=1e-5)
+
+
+@pytest.mark.slow
+def test_each_family_exports_to_openvino_within_its_check(model, tmp_path):
+    result = openvino_ir.export_openvino(model, tmp_path / "ir", IMAGES)
+    assert result["top1_agreement"] == 1.0 and result["max_abs_diff_probabilities"] <= 1e-5
