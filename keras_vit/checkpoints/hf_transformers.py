@@ -1,7 +1,7 @@
-"""Hugging Face `transformers` ViT and DeiT model directories, in and out, without torch.
+"""Hugging Face `transformers` model directories (ViT, DeiT, DINOv2, CLIP and SigLIP image towers), without torch.
 
-A directory written by `save_pretrained` (`config.json` with `model_type`
-"vit" or "deit", `model.safetensors` or its shards, and usually the image
+A directory written by `save_pretrained` (`config.json` with its
+`model_type`, `model.safetensors` or its shards, and usually the image
 processor's `preprocessor_config.json`) holds one of
 
 - `ViTForImageClassification` (`vit.*` + `classifier`): class-token pooling, head;
@@ -10,16 +10,46 @@ processor's `preprocessor_config.json`) holds one of
 - `DeiTForImageClassificationWithTeacher` (`deit.*`, `cls_classifier`,
   `distillation_classifier`): keras_vit's `distilled=True`, the two heads'
   logits averaged as transformers does at inference; `DeiTModel` without its
-  pooler.
+  pooler;
+- `Dinov2Model` ("dinov2"): LayerScale (`layer_scale{1,2}.lambda1`), and with
+  `use_swiglu_ffn` the giant's SwiGLU (`mlp.weights_in` = [gate; up] rows:
+  keras_vit's `gated_mlp` with SiLU); its `pooler_output`, the final-normed
+  class token, is the model's output (`classifier="token"`);
+  `Dinov2ForImageClassification` (`dinov2.*` + `classifier`) classifies
+  concat(class token, mean of the patch tokens) (`"token_and_gap"`);
+- `Dinov2WithRegistersModel` / `...ForImageClassification`
+  ("dinov2_with_registers"): register tokens without positions beside a
+  class token with one; read exactly as `no_embed_class=True` with the class
+  row folded into the class token (cls + pos[0]: transformers never resizes
+  that row);
+- `CLIPVisionModel` / `CLIPVisionModelWithProjection` ("clip_vision_model"):
+  a patch projection without bias, `pre_layrnorm` (`norm_pre`), QuickGELU,
+  `post_layernorm` on the class token alone (`fc_norm=True`: the sequence,
+  transformers' `last_hidden_state`, is before it), `visual_projection`
+  (`projection_dim`: the output is `image_embeds`);
+- `SiglipVisionModel` ("siglip_vision_model"): no class token,
+  `post_layernorm` on the sequence, then the MAP head (`classifier="map"`;
+  the packed `head.attention.in_proj_weight` split into query, key, value);
+- `CLIPModel` / `SiglipModel` ("clip", "siglip"): their image tower
+  (`vision_config`, `vision_model.*`, CLIP's `visual_projection`: the
+  `image_embeds` of `get_image_features`); the text tower is not read.
+
+The image towers' names are read with and without `vision_model.`
+(transformers 5 writes `CLIPVisionModel` and `SiglipVisionModel` without it,
+older versions and the other classes with it).
 
 Numerics come from the files: `hidden_act` ("gelu" is exact, "gelu_new" /
-"gelu_pytorch_tanh" the tanh approximation), `layer_norm_eps` (1e-12 by
-default), `image_mean` / `image_std`. What keras_vit cannot represent is
-refused by name (`qkv_bias=False`, another activation, a pooler on a DeiT,
-`DeiTForImageClassification`'s class-token-only head beside a distillation
-token, masked-image-modelling decoders). `pytorch_model.bin` is refused: a
-pickle can run code when read. The labels (`id2label`) are read by `labels`.
-`write` writes a keras_vit model back as such a directory.
+"gelu_pytorch_tanh" the tanh approximation, "quick_gelu", "silu"),
+`layer_norm_eps` (the family's default without it), `image_mean` /
+`image_std`. Position tables are resized as transformers resizes them:
+PyTorch's bicubic without antialiasing (`interpolation="bicubic_no_antialias"`),
+except Dinov2WithRegisters, which antialiases (`"bicubic"`, timm's rule).
+What keras_vit cannot represent is refused by name (another activation, a
+pooler on a DeiT, `DeiTForImageClassification`'s class-token-only head
+beside a distillation token, masked-image-modelling decoders, a SigLIP tower
+without its head, backbones). `pytorch_model.bin` is refused: a pickle can
+run code when read. The labels (`id2label`) are read by `labels`. `write`
+writes a keras_vit model back as a ViT / DeiT directory.
 """
 
 import json
@@ -33,12 +63,54 @@ import numpy as np
 from keras_vit.checkpoints.safetensors import read_safetensors
 from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, ViTConfig
 
-DESCRIPTION = "a Hugging Face transformers ViT / DeiT directory (save_pretrained)"
-MODEL_TYPES = ("vit", "deit")
-ARCHITECTURES = ("ViTForImageClassification", "ViTModel", "DeiTForImageClassificationWithTeacher", "DeiTModel")
-# transformers' hidden_act -> keras_vit's gelu_approximate.
-ACTIVATIONS = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True}
-_PREFIXES = {"vit": "vit.", "deit": "deit."}
+DESCRIPTION = "a Hugging Face transformers ViT / DeiT / DINOv2 / CLIP / SigLIP directory (save_pretrained)"
+# model_type -> the model classes keras_vit reads of it.
+FAMILIES = {
+    "vit": ("ViTForImageClassification", "ViTModel"),
+    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTModel"),
+    "dinov2": ("Dinov2Model", "Dinov2ForImageClassification"),
+    "dinov2_with_registers": ("Dinov2WithRegistersModel", "Dinov2WithRegistersForImageClassification"),
+    "clip_vision_model": ("CLIPVisionModel", "CLIPVisionModelWithProjection"),
+    "siglip_vision_model": ("SiglipVisionModel",),
+    "clip": ("CLIPModel",),
+    "siglip": ("SiglipModel",),
+}
+MODEL_TYPES = tuple(FAMILIES)
+ARCHITECTURES = tuple(name for names in FAMILIES.values() for name in names)
+# transformers' hidden_act (ACT2FN) -> keras_vit's activation fields.
+ACTIVATIONS = {
+    "gelu": dict(activation="gelu", gelu_approximate=False),
+    "gelu_new": dict(activation="gelu", gelu_approximate=True),
+    "gelu_pytorch_tanh": dict(activation="gelu", gelu_approximate=True),
+    "quick_gelu": dict(activation="quick_gelu"),
+    "silu": dict(activation="silu"),
+    "swish": dict(activation="silu"),
+}
+_PREFIXES = {"vit": "vit.", "deit": "deit.", "dinov2": "dinov2.", "dinov2_with_registers": "dinov2_with_registers.",
+             "clip_vision_model": "vision_model.", "siglip_vision_model": "vision_model."}
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+# Each family's config defaults (its transformers configuration class), for fields a config.json leaves out.
+_DEFAULTS = {
+    "vit": dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12,
+                image_size=224, patch_size=16, layer_norm_eps=1e-12, hidden_act="gelu"),
+    "dinov2": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, image_size=224, patch_size=14,
+                   layer_norm_eps=1e-6, hidden_act="gelu", layerscale_value=1.0),
+    "clip_vision_model": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, image_size=224,
+                              patch_size=32, layer_norm_eps=1e-5, hidden_act="quick_gelu"),
+    "siglip_vision_model": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, image_size=224,
+                                patch_size=16, layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh"),
+}
+_DEFAULTS.update(deit=_DEFAULTS["vit"], dinov2_with_registers=_DEFAULTS["dinov2"])
+# Without preprocessor_config.json: the mean and std of the family's image processor (None: it states none that
+# fits the weights, so the file is refused). BitImageProcessor, DINOv2's, defaults to CLIP's mean and std, while
+# DINOv2 was trained with ImageNet's: every hub directory states them.
+_PROCESSOR_DEFAULTS = {
+    "vit": {}, "deit": dict(input_mean=IMAGENET_MEAN, input_std=IMAGENET_STD), "dinov2": None,
+    "dinov2_with_registers": None, "clip_vision_model": dict(input_mean=OPENAI_CLIP_MEAN, input_std=OPENAI_CLIP_STD),
+    "siglip_vision_model": {},
+}
+_POSITIONS = "Transformer/posembed_input/pos_embedding"
 
 
 def matches(path):
@@ -66,8 +138,14 @@ def read(path, image_size=None, num_heads=None):
     path = str(path)
     cfg = _config_json(path)
     tensors = _tensors(path)
-    config = _config(cfg, tensors, path)
-    return config, _to_official(tensors, cfg, config, path)
+    if cfg["model_type"] in ("clip", "siglip"):
+        cfg, tensors = _vision_tower(cfg, tensors, path)
+    if cfg["model_type"] in ("vit", "deit"):
+        config = _config(cfg, tensors, path)
+        return config, _to_official(tensors, cfg, config, path)
+    reader = {"dinov2": _read_dinov2, "dinov2_with_registers": _read_dinov2, "clip_vision_model": _read_clip,
+              "siglip_vision_model": _read_clip}[cfg["model_type"]]
+    return reader(cfg, tensors, path)
 
 
 def read_arrays(path, config=None):
@@ -120,12 +198,17 @@ def _tensors(path):
 
 def _preprocessing(path, channels, model_type):
     """input_mean / input_std from `preprocessor_config.json`; without it, its image processor's defaults
-    (ViTImageProcessor: 0.5; DeiTImageProcessor: ImageNet's)."""
+    (ViTImageProcessor, SiglipImageProcessor: 0.5; DeiTImageProcessor: ImageNet's; CLIPImageProcessor: CLIP's)."""
     file = os.path.join(path, "preprocessor_config.json")
     if not os.path.isfile(file):
+        defaults = _PROCESSOR_DEFAULTS[model_type]
+        if defaults is None:
+            raise ValueError(f"{path} has no preprocessor_config.json: the mean and std a {model_type} model "
+                             "expects are not stated (BitImageProcessor's defaults are CLIP's, DINOv2 was trained "
+                             "with ImageNet's); add the preprocessor_config.json of the model's hub directory")
         logging.info("%s has no preprocessor_config.json: inputs normalised with transformers' %s defaults", path,
                      model_type)
-        return dict(input_mean=IMAGENET_MEAN, input_std=IMAGENET_STD) if model_type == "deit" else {}
+        return dict(defaults)
     with open(file, encoding="utf-8") as f:
         cfg = json.load(f)
     if cfg.get("do_rescale", True) and not math.isclose(cfg.get("rescale_factor", 1 / 255), 1 / 255):
@@ -142,26 +225,54 @@ def _preprocessing(path, channels, model_type):
 
 def _architecture(cfg, tensors, source):
     """The model class the directory holds, from `architectures` or, without it, from its keys."""
+    readable = FAMILIES[cfg["model_type"]]
     stated = cfg.get("architectures") or []
-    known = [name for name in stated if name in ARCHITECTURES]
+    known = [name for name in stated if name in readable]
     if stated and not known:
-        raise ValueError(f"{source}/config.json: architectures={stated}; keras_vit reads {list(ARCHITECTURES)}")
+        raise ValueError(f"{source}/config.json: architectures={stated}; keras_vit reads {list(readable)} of "
+                         f"model_type {cfg['model_type']!r}")
     if known:
         return known[0]
-    deit = cfg["model_type"] == "deit"
-    if any(name.startswith(("vit.", "deit.")) for name in tensors):
-        return "DeiTForImageClassificationWithTeacher" if deit else "ViTForImageClassification"
-    return "DeiTModel" if deit else "ViTModel"
+    model_type = cfg["model_type"]
+    if model_type == "clip_vision_model":
+        return readable[1] if "visual_projection.weight" in tensors else readable[0]
+    if model_type == "siglip_vision_model":
+        return readable[0]
+    if any(name.startswith(_PREFIXES[model_type]) for name in tensors):
+        return readable[0] if model_type in ("vit", "deit") else readable[1]
+    return readable[1] if model_type in ("vit", "deit") else readable[0]
+
+
+def _activation(cfg, source):
+    act = cfg.get("hidden_act", _DEFAULTS[cfg["model_type"]]["hidden_act"])
+    if act not in ACTIVATIONS:
+        raise ValueError(f"{source}/config.json: hidden_act={act!r}; keras_vit's MLP computes {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[act]
+
+
+def _encoder_fields(cfg, source):
+    """The ViTConfig fields every family states the same way, with its configuration class's defaults."""
+    defaults = _DEFAULTS[cfg["model_type"]]
+    get = lambda key: cfg.get(key, defaults[key])  # noqa: E731
+    channels = cfg.get("num_channels", 3)
+    return dict(patch_size=get("patch_size"), hidden_size=get("hidden_size"), num_heads=get("num_attention_heads"),
+                num_layers=get("num_hidden_layers"), image_size=get("image_size"), channels=channels,
+                layer_norm_epsilon=get("layer_norm_eps"), **_activation(cfg, source),
+                **_preprocessing(source, channels, cfg["model_type"]))
+
+
+def _vit_config(fields, source):
+    try:
+        return ViTConfig(**fields)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
 
 
 def _config(cfg, tensors, source):
     architecture = _architecture(cfg, tensors, source)
     if not cfg.get("qkv_bias", True):
-        raise ValueError(f"{source}/config.json: qkv_bias=False; keras_vit's attention always has query, key and "
-                         "value biases")
-    act = cfg.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise ValueError(f"{source}/config.json: hidden_act={act!r}; keras_vit's MLP computes {sorted(ACTIVATIONS)}")
+        raise ValueError(f"{source}/config.json: qkv_bias=False; keras_vit reads the transformers ViT / DeiT with "
+                         "query, key and value biases")
     pooler = tensors.get("pooler.dense.weight")
     if pooler is not None and architecture == "DeiTModel":
         raise ValueError(f"{source}: DeiTModel's pooler (dense + tanh on the class token, beside the distillation "
@@ -171,26 +282,21 @@ def _config(cfg, tensors, source):
     _check_head(architecture, cfg, tensors, source)
     head = {"ViTForImageClassification": "classifier.weight",
             "DeiTForImageClassificationWithTeacher": "cls_classifier.weight"}.get(architecture)
-    size, patch = cfg.get("image_size", 224), cfg.get("patch_size", 16)
-    try:
-        return ViTConfig(
-            patch_size=patch, hidden_size=cfg.get("hidden_size", 768), mlp_dim=cfg.get("intermediate_size", 3072),
-            num_heads=cfg.get("num_attention_heads", 12), num_layers=cfg.get("num_hidden_layers", 12),
-            image_size=size, channels=cfg.get("num_channels", 3), classifier="token",
-            distilled=cfg["model_type"] == "deit",
-            representation_size=None if pooler is None else pooler.shape[0],
-            classes=tensors[head].shape[0] if head and head in tensors else 0,
-            layer_norm_epsilon=cfg.get("layer_norm_eps", 1e-12), gelu_approximate=ACTIVATIONS[act],
-            interpolation="bicubic", **_preprocessing(source, cfg.get("num_channels", 3), cfg["model_type"]),
-        )
-    except ValueError as exc:
-        raise ValueError(f"{source}: {exc}") from None
+    return _vit_config(dict(
+        _encoder_fields(cfg, source), mlp_dim=cfg.get("intermediate_size", 3072), classifier="token",
+        distilled=cfg["model_type"] == "deit", representation_size=None if pooler is None else pooler.shape[0],
+        classes=tensors[head].shape[0] if head and head in tensors else 0,
+        # ViTEmbeddings.interpolate_pos_encoding (DeiT's the same): F.interpolate bicubic, antialias False.
+        interpolation="bicubic_no_antialias",
+    ), source)
 
 
 def _check_head(architecture, cfg, tensors, source):
     """A classifier's head must be whole: a missing bias would read as zero, a missing head as a headless model."""
     heads = {"ViTForImageClassification": ("classifier",),
-             "DeiTForImageClassificationWithTeacher": ("cls_classifier", "distillation_classifier")}.get(architecture)
+             "DeiTForImageClassificationWithTeacher": ("cls_classifier", "distillation_classifier"),
+             "Dinov2ForImageClassification": ("classifier",),
+             "Dinov2WithRegistersForImageClassification": ("classifier",)}.get(architecture)
     if not heads or cfg.get("id2label") == {}:  # num_labels=0: transformers' head is an Identity, with no tensors
         return
     missing = [f"{head}.{part}" for head in heads for part in ("weight", "bias") if f"{head}.{part}" not in tensors]
@@ -198,6 +304,160 @@ def _check_head(architecture, cfg, tensors, source):
         raise ValueError(f"{source}: a {architecture} (config.json's architectures, or its prefixed tensor names) "
                          f"classifies with {', '.join(heads)}; expected the tensors {missing}, found none of them "
                          "in model.safetensors")
+
+
+def _vision_tower(cfg, tensors, source):
+    """A CLIPModel's / SiglipModel's image tower, as the directory of CLIPVisionModelWithProjection /
+    SiglipVisionModel would hold it: `vision_config` and the `vision_model.*` tensors (CLIP's `visual_projection`
+    too). The text tower and the logit scale and bias are left unread."""
+    vision = cfg.get("vision_config")
+    model_type = cfg["model_type"]
+    if not isinstance(vision, dict):
+        raise ValueError(f"{source}/config.json: model_type={model_type!r} without a vision_config, so the image "
+                         "tower's shape is not stated; save the vision tower alone (in Python with transformers, "
+                         f"{'CLIPVisionModelWithProjection' if model_type == 'clip' else 'SiglipVisionModel'}"
+                         ".from_pretrained(dir).save_pretrained(out)) and read that")
+    text = [name for name in tensors if name.startswith("text_model.")
+            or name in ("text_projection.weight", "logit_scale", "logit_bias")]
+    logging.info("%s: a %s; its image tower is read, its text tower (%d tensors) is not", source,
+                 FAMILIES[model_type][0], len(text))
+    tower = {**vision, "model_type": f"{model_type}_vision_model",
+             "architectures": ["CLIPVisionModelWithProjection" if model_type == "clip" else "SiglipVisionModel"]}
+    return tower, {name: value for name, value in tensors.items() if name not in set(text)}
+
+
+def _read_dinov2(cfg, tensors, source):
+    """Dinov2(WithRegisters)Model and their classifiers."""
+    registers = cfg["model_type"] == "dinov2_with_registers"
+    architecture = _architecture(cfg, tensors, source)
+    _check_head(architecture, cfg, tensors, source)
+    inner = _without_prefix(tensors, _PREFIXES[cfg["model_type"]], source)
+    swiglu = bool(cfg.get("use_swiglu_ffn", False))
+    on_disk = "encoder.layer.0.mlp.weights_in.weight" in inner
+    if swiglu != on_disk:
+        raise ValueError(f"{source}/config.json: use_swiglu_ffn={swiglu}, but model.safetensors holds "
+                         f"{'mlp.weights_in (SwiGLU)' if on_disk else 'mlp.fc1 (no SwiGLU)'}")
+    out = inner.get(f"encoder.layer.0.mlp.{'weights_out' if swiglu else 'fc2'}.weight")
+    if out is None:
+        raise ValueError(f"{source}: no encoder.layer.0.mlp tensors in model.safetensors (found e.g. "
+                         f"{sorted(tensors)[:4]})")
+    count = inner["embeddings.register_tokens"].shape[1] if "embeddings.register_tokens" in inner else 0
+    if registers and count != cfg.get("num_register_tokens", 4):
+        raise ValueError(f"{source}/config.json: num_register_tokens={cfg.get('num_register_tokens', 4)}, but "
+                         f"embeddings.register_tokens holds {count}")
+    classifier = "token_and_gap" if architecture.endswith("ForImageClassification") else "token"
+    fields = dict(
+        _encoder_fields(cfg, source), mlp_dim=out.shape[1], classifier=classifier,
+        layer_scale_init=cfg.get("layerscale_value", 1.0), qkv_bias="all" if cfg.get("qkv_bias", True) else "none",
+        num_register_tokens=count, classes=tensors["classifier.weight"].shape[0] if "classifier.weight" in tensors
+        else 0,
+        # The registers get no position, the class token does: the class row is folded into the class token
+        # below, and the table keeps the patch rows alone.
+        no_embed_class=registers,
+        # Dinov2WithRegistersEmbeddings.interpolate_pos_encoding antialiases; Dinov2Embeddings' does not.
+        interpolation="bicubic" if registers else "bicubic_no_antialias",
+    )
+    if swiglu:  # Dinov2SwiGLUFFN: silu(gate_proj(x)) * up_proj(x), SiLU whatever hidden_act says
+        fields.update(gated_mlp=True, activation="silu")
+    config = _vit_config(fields, source)
+    # embeddings.mask_token: masked-image modelling's input token (bool_masked_pos), unused at inference.
+    arrays = _convert(inner, _DINOV2_RULES, config, source, ignored=("embeddings.mask_token",))
+    if registers:
+        table, token = arrays.get(_POSITIONS), arrays.get("cls")
+        if table is not None and token is not None:
+            arrays["cls"] = (np.asarray(token, np.float32) + np.asarray(table[:, :1], np.float32))
+            arrays[_POSITIONS] = np.ascontiguousarray(table[:, 1:])
+    return config, _checked_positions(arrays, config, source, "embeddings.position_embeddings")
+
+
+def _read_clip(cfg, tensors, source):
+    """CLIPVisionModel(WithProjection) and SiglipVisionModel (also the towers of CLIPModel and SiglipModel)."""
+    clip = cfg["model_type"] == "clip_vision_model"
+    architecture = _architecture(cfg, tensors, source)
+    inner = _without_prefix(tensors, "vision_model.", source)
+    if not clip and not cfg.get("vision_use_head", True):
+        raise ValueError(f"{source}/config.json: vision_use_head=False; such a SiglipVisionModel has no pooled "
+                         "output (pooler_output None), and keras_vit's models pool: read it with the head")
+    projection = inner.get("visual_projection.weight")
+    if clip and architecture == "CLIPVisionModelWithProjection" and projection is None:
+        raise ValueError(f"{source}: a CLIPVisionModelWithProjection projects with visual_projection; expected "
+                         "the tensor 'visual_projection.weight', found none in model.safetensors")
+    if projection is not None and architecture == "CLIPVisionModel":
+        # CLIPVisionModel has no projection: transformers drops the tensor as an unexpected key, and so do we.
+        logging.warning("%s: visual_projection.weight is unused by a CLIPVisionModel (transformers ignores it "
+                        "too); not read", source)
+        inner.pop("visual_projection.weight")
+        projection = None
+    fc1 = inner.get("encoder.layers.0.mlp.fc1.weight")
+    if fc1 is None:
+        raise ValueError(f"{source}: no encoder.layers.0.mlp.fc1.weight in model.safetensors (found e.g. "
+                         f"{sorted(tensors)[:4]})")
+    fields = dict(_encoder_fields(cfg, source), mlp_dim=fc1.shape[0], classes=0,
+                  # CLIPVisionEmbeddings / SiglipVisionEmbeddings.interpolate_pos_encoding: bicubic, antialias False.
+                  interpolation="bicubic_no_antialias")
+    if clip:  # post_layernorm on the class token alone: transformers' last_hidden_state is before it
+        fields.update(classifier="token", norm_pre=True, patch_bias=False, fc_norm=True,
+                      projection_dim=None if projection is None else projection.shape[0])
+    else:  # post_layernorm on the sequence, then the MAP head
+        fields.update(classifier="map")
+        inner = _split_in_projection(inner)
+    config = _vit_config(fields, source)
+    # embeddings.position_ids: the index buffer older versions saved beside the table; no weight.
+    arrays = _convert(inner, _CLIP_RULES if clip else _SIGLIP_RULES, config, source,
+                      ignored=("embeddings.position_ids",))
+    return config, _checked_positions(arrays, config, source, "embeddings.position_embedding.weight")
+
+
+def _without_prefix(tensors, prefix, source):
+    """`tensors` named without `prefix` (the base model's prefix inside a task model); the rest as they are."""
+    inner = {}
+    for name, value in tensors.items():
+        short = name[len(prefix):] if name.startswith(prefix) else name
+        if short in inner:
+            raise ValueError(f"{source}: model.safetensors holds {short!r} both with and without the prefix {prefix!r}")
+        inner[short] = value
+    return inner
+
+
+def _split_in_projection(inner):
+    """SigLIP's MAP head: nn.MultiheadAttention's packed in_proj rows [q; k; v] as three projections."""
+    inner = dict(inner)
+    for kind in ("weight", "bias"):
+        packed = inner.pop(f"head.attention.in_proj_{kind}", None)
+        if packed is not None:
+            for part, value in zip(("query", "key", "value"), np.split(np.asarray(packed), 3), strict=True):
+                inner[f"head.attention.{part}.{kind}"] = value
+    return inner
+
+
+def _checked_positions(arrays, config, source, name):
+    """`arrays`, once their position table is found to fit config.json's grid and prefix tokens."""
+    table = arrays.get(_POSITIONS)
+    prefix = 0 if config.no_embed_class else config.num_prefix_tokens
+    expected = math.prod(config.grid_size) + prefix
+    if table is None or table.shape[1] != expected:
+        raise ValueError(f"{source}: config.json says a {config.grid_size[0]}x{config.grid_size[1]} grid and "
+                         f"{prefix} prefix rows, hence {expected} positions; the file's {name} has "
+                         f"{None if table is None else table.shape[1]}")
+    return arrays
+
+
+def _convert(inner, rules, config, source, ignored=()):
+    """`{official key: array}` of tensors named without their model prefix; an unknown one is refused by name."""
+    arrays, unknown = {}, []
+    for name, value in inner.items():
+        if name in ignored:
+            continue
+        for pattern, template, transform in rules:
+            match = re.fullmatch(pattern, name)
+            if match:
+                arrays[match.expand(template)] = np.ascontiguousarray(transform(np.asarray(value), config))
+                break
+        else:
+            unknown.append(name)
+    if unknown:
+        raise ValueError(f"{source} holds tensors keras_vit's ViT has no place for: {sorted(unknown)[:6]}")
+    return arrays
 
 
 # ------------------------------------------------------------------ weights
@@ -225,13 +485,31 @@ def _same(a, config):
     return a
 
 
+def _token(a, config):  # CLIP's class_embedding (D,) -> (1, 1, D)
+    return a.reshape(1, 1, -1)
+
+
+def _table(a, config):  # an nn.Embedding's (rows, D) -> (1, rows, D)
+    return a[None]
+
+
+def _norm(pattern, key):
+    """The two rules of a LayerNorm: weight -> `key`/scale, bias -> `key`/bias."""
+    return ((pattern + r"\.weight", key + "/scale", _same), (pattern + r"\.bias", key + "/bias", _same))
+
+
+def _dense(pattern, key, kernel=_linear, bias=_same):
+    """The two rules of a Linear: weight -> `key`/kernel, bias -> `key`/bias."""
+    return ((pattern + r"\.weight", key + "/kernel", kernel), (pattern + r"\.bias", key + "/bias", bias))
+
+
 _BLOCK = r"Transformer/encoderblock_\1/"
 _ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
 # (transformers name without the model prefix, official key, transform); `\1` is the block index.
 RULES = (
     (r"embeddings\.cls_token", "cls", _same),
     (r"embeddings\.distillation_token", "dist", _same),
-    (r"embeddings\.position_embeddings", "Transformer/posembed_input/pos_embedding", _same),
+    (r"embeddings\.position_embeddings", _POSITIONS, _same),
     (r"embeddings\.patch_embeddings\.projection\.weight", "embedding/kernel", _conv),
     (r"embeddings\.patch_embeddings\.projection\.bias", "embedding/bias", _same),
     (r"encoder\.layer\.(\d+)\.layernorm_before\.weight", _BLOCK + "LayerNorm_0/scale", _same),
@@ -259,6 +537,57 @@ HEAD_RULES = (
     (r"(?:classifier|cls_classifier)\.bias", "head/bias", _same),
     (r"distillation_classifier\.weight", "head_dist/kernel", _linear),
     (r"distillation_classifier\.bias", "head_dist/bias", _same),
+)
+# Dinov2 as 5.x writes it (the legacy names: conversion_mapping.py renames q_proj, gate_proj, ... back on saving).
+# A SwiGLU's weights_in is [gate; up] by rows: as columns, keras_vit's gated dense_1 [gate | value].
+_DINOV2_RULES = (
+    (r"embeddings\.cls_token", "cls", _same),
+    (r"embeddings\.register_tokens", "reg", _same),
+    (r"embeddings\.position_embeddings", _POSITIONS, _same),
+    *_dense(r"embeddings\.patch_embeddings\.projection", "embedding", kernel=_conv),
+    *_norm(r"encoder\.layer\.(\d+)\.norm1", _BLOCK + "LayerNorm_0"),
+    *_dense(r"encoder\.layer\.(\d+)\.attention\.attention\.(query|key|value)", _ATTENTION + r"\2",
+            kernel=_projection, bias=_projection_bias),
+    *_dense(r"encoder\.layer\.(\d+)\.attention\.output\.dense", _ATTENTION + "out", kernel=_output),
+    (r"encoder\.layer\.(\d+)\.layer_scale([12])\.lambda1", _BLOCK + r"LayerScale_\2/scale", _same),
+    *_norm(r"encoder\.layer\.(\d+)\.norm2", _BLOCK + "LayerNorm_2"),
+    *_dense(r"encoder\.layer\.(\d+)\.mlp\.(?:fc1|weights_in)", _BLOCK + "MlpBlock_3/Dense_0"),
+    *_dense(r"encoder\.layer\.(\d+)\.mlp\.(?:fc2|weights_out)", _BLOCK + "MlpBlock_3/Dense_1"),
+    *_norm(r"layernorm", "Transformer/encoder_norm"),
+    *_dense(r"classifier", "head"),
+)
+_CLIP_BLOCK_RULES = (
+    *_norm(r"encoder\.layers\.(\d+)\.layer_norm1", _BLOCK + "LayerNorm_0"),
+    *(rule for short, long in (("q", "query"), ("k", "key"), ("v", "value"))
+      for rule in _dense(rf"encoder\.layers\.(\d+)\.self_attn\.{short}_proj", _ATTENTION + long,
+                         kernel=_projection, bias=_projection_bias)),
+    *_dense(r"encoder\.layers\.(\d+)\.self_attn\.out_proj", _ATTENTION + "out", kernel=_output),
+    *_norm(r"encoder\.layers\.(\d+)\.layer_norm2", _BLOCK + "LayerNorm_2"),
+    *_dense(r"encoder\.layers\.(\d+)\.mlp\.fc1", _BLOCK + "MlpBlock_3/Dense_0"),
+    *_dense(r"encoder\.layers\.(\d+)\.mlp\.fc2", _BLOCK + "MlpBlock_3/Dense_1"),
+)
+_CLIP_RULES = (
+    (r"embeddings\.class_embedding", "cls", _token),
+    (r"embeddings\.patch_embedding\.weight", "embedding/kernel", _conv),  # no bias
+    (r"embeddings\.position_embedding\.weight", _POSITIONS, _table),
+    *_norm(r"pre_layrnorm", "Transformer/norm_pre"),  # transformers' spelling
+    *_CLIP_BLOCK_RULES,
+    *_norm(r"post_layernorm", "fc_norm"),
+    (r"visual_projection\.weight", "projection/kernel", _linear),
+)
+_MAP = "MAPHead_0/"
+_SIGLIP_RULES = (
+    *_dense(r"embeddings\.patch_embedding", "embedding", kernel=_conv),
+    (r"embeddings\.position_embedding\.weight", _POSITIONS, _table),
+    *_CLIP_BLOCK_RULES,
+    *_norm(r"post_layernorm", "Transformer/encoder_norm"),
+    (r"head\.probe", _MAP + "probe", _same),
+    *_dense(r"head\.attention\.(query|key|value)", _MAP + r"MultiHeadDotProductAttention_0/\1", kernel=_projection,
+            bias=_projection_bias),
+    *_dense(r"head\.attention\.out_proj", _MAP + "MultiHeadDotProductAttention_0/out", kernel=_output),
+    *_norm(r"head\.layernorm", _MAP + "LayerNorm_0"),
+    *_dense(r"head\.mlp\.fc1", _MAP + "MlpBlock_0/Dense_0"),
+    *_dense(r"head\.mlp\.fc2", _MAP + "MlpBlock_0/Dense_1"),
 )
 
 
@@ -293,13 +622,7 @@ def _to_official(tensors, cfg, config, source):
         raise ValueError(f"{source}: a DeiT with a class-token head only (DeiTForImageClassification) computes "
                          "otherwise than keras_vit's distilled model, which averages two heads; expected "
                          "distillation_classifier (DeiTForImageClassificationWithTeacher)")
-    rows = arrays.get("Transformer/posembed_input/pos_embedding")
-    expected = math.prod(config.grid_size) + config.num_prefix_tokens
-    if rows is None or rows.shape[1] != expected:
-        raise ValueError(f"{source}: config.json says a {config.grid_size[0]}x{config.grid_size[1]} grid and "
-                         f"{config.num_prefix_tokens} prefix tokens, hence {expected} positions; the file's "
-                         f"position_embeddings have {None if rows is None else rows.shape[1]}")
-    return arrays
+    return _checked_positions(arrays, config, source, "embeddings.position_embeddings")
 
 
 # ------------------------------------------------------------------ writing
