@@ -51,6 +51,8 @@ EXTRA_CASES = {
     "bv_map_scan": ("timm_extra/bv_map_scan.npz", "timm_extra/bv_map_scan_io.npz", "logits"),
     "map_reg": ("timm_extra/map_reg", "timm_extra/map_reg_io.npz", "logits"),
     "reg4_gap": ("timm_extra/reg4_gap", "timm_extra/reg4_gap_io.npz", "logits"),
+    # transformers' CLIPVisionModelWithProjection: norm_pre, QuickGELU, fc_norm, projection, no patch bias.
+    "hf_clip_projection": ("families/hf_clip_projection", "families/hf_clip_projection_io.npz", "image_embeds"),
 }
 BACKENDS = ("tensorflow", "jax", "torch")
 # A tiny ViT for training and the `.keras` round trip; dropout and stochastic depth on, so a file must keep them
