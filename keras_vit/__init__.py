@@ -20,6 +20,8 @@ _SOURCES = {
     "keras_vit.checkpoints": ("config_from_checkpoint", "load_checkpoint", "load_npz", "save_npz", "save_timm",
                               "save_transformers"),
     "keras_vit.config": ("ViTConfig",),
+    "keras_vit.families": ("CLIP_B16", "CLIP_B32", "CLIP_L14", "DINOv2_B14", "DINOv2_G14", "DINOv2_L14", "DINOv2_S14",
+                           "DeiT3_B16", "DeiT3_H14", "DeiT3_L16", "DeiT3_M16", "DeiT3_S16"),
     "keras_vit.imagenet": ("decode_predictions",),
     "keras_vit.model": ("DeiT_B16", "DeiT_S16", "DeiT_Ti16", "R26_ViT_B32", "R26_ViT_S32", "R50_ViT_B16",
                         "R50_ViT_L32", "R_ViT_Ti16", "ViT", "ViTModel", "ViT_B8", "ViT_B16", "ViT_B32", "ViT_H14",
