@@ -15,8 +15,9 @@ The modules:
   `RULES` (keras_vit weight path <-> official key) and `official_config`;
 - `big_vision`: big_vision's `.npz` (top-level `pos_embedding`, its block
   names, scanned blocks, `MAPHead_0`), converted to official keys;
-- `hf_transformers`: Hugging Face `transformers` ViT / DeiT directories
-  (`save_pretrained`), read and written (`save_transformers`);
+- `hf_transformers`: Hugging Face `transformers` directories (`save_pretrained`):
+  ViT / DeiT read and written (`save_transformers`), DINOv2, CLIP and SigLIP
+  image towers read;
 - `timm`: timm / Hugging Face `.safetensors` files and model directories,
   read and written (`save_timm`);
 - `safetensors`: the safetensors file format, read with numpy alone;
