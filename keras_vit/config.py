@@ -124,7 +124,7 @@ class ViTConfig:
                                        "1e-5 in CLIP).", low=0.0, low_open=True)
     gelu_approximate: bool = _field(True, CONVENTION, "GELU by its tanh approximation (Flax's default, the official "
                                     "checkpoints) or exact (erf; PyTorch's default, timm's checkpoints); held False "
-                                    "with activation='quick_gelu', which has no GELU.")
+                                    "with another activation, which has no GELU.")
     # A field beside gelu_approximate, not a third value of it (nor a choice it follows): older configs and files,
     # and an override of gelu_approximate alone (from_checkpoint's, the trainer's flag), keep their one meaning.
     activation: str = _field("gelu", CONVENTION, "The MLP's activation: 'gelu' (in the form gelu_approximate says), "
@@ -179,7 +179,7 @@ class ViTConfig:
             object.__setattr__(self, "class_token", self.classifier in TOKEN_CLASSIFIERS)
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, _checked(field, getattr(self, field.name), self.channels))
-        if self.activation == "quick_gelu":  # one config per function: a QuickGELU model's configs compare equal
+        if self.activation != "gelu":  # one config per function: a QuickGELU or SiLU model's configs compare equal
             object.__setattr__(self, "gelu_approximate", False)
         self._check_combinations()
 

@@ -38,6 +38,14 @@ def test_written_files_hold_timms_tensors(tmp_path, case):
     dict(distilled=True, classes=4, gelu_approximate=False),
     dict(classifier="map", num_register_tokens=2, class_token=True, no_embed_class=True, classes=5),
     dict(classifier="gap", fc_norm=True, classes=0),
+    # The later families' blocks, each with the timm architecture whose layers compute it.
+    dict(layer_scale_init=0.1, qk_norm=True, qkv_bias="none", activation="quick_gelu", classes=3),
+    dict(norm_layer="rms_norm", norm_pre=True, patch_bias=False, gelu_approximate=True, classes=3),
+    dict(layer_norm_epsilon=1e-5, norm_pre=True, patch_bias=False, classes=24),
+    dict(gated_mlp=True, activation="silu", mlp_dim=40, hidden_size=48, num_heads=2, layer_scale_init=1e-5,
+         classes=0),
+    dict(norm_layer="rms_norm", layer_norm_epsilon=1e-5, patch_norm=True, gated_mlp=True, activation="silu",
+         qkv_bias="none", classifier="gap", class_token=False, classes=0),
 ])
 def test_keras_vit_models_round_trip(tmp_path, fields):
     model = keras_vit.ViT(**{**SMALL, **fields}, classifier_activation=None)
@@ -57,11 +65,13 @@ def test_keras_vit_models_round_trip(tmp_path, fields):
 def test_models_timm_cannot_represent_are_refused(tmp_path):
     for fields, message in ((dict(representation_size=16), r"representation_size=16"),
                             (dict(position_embedding="learned_2d"), r"position_embedding='learned_2d'"),
-                            (dict(layer_norm_epsilon=1e-5), r"layer_norm_epsilon=1e-05"),
+                            (dict(layer_norm_epsilon=1e-4), r"layer_norm_epsilon=0.0001"),
                             # Written anyway, they read back as another function, or not at all.
-                            (dict(activation="quick_gelu"), r"activation='quick_gelu'"),
-                            (dict(qkv_bias="qv"), r"qkv_bias='qv' \(timm: 'all'\)"),
-                            (dict(patch_bias=False), r"patch_bias=False")):
+                            (dict(qkv_bias="qv"), r"qkv_bias='qv' \(timm's VisionTransformer: 'all' or 'none'\)"),
+                            (dict(patch_bias=False), r"norm_pre=False with patch_bias=False"),
+                            (dict(patch_norm=True), r"patch_norm=True"),
+                            (dict(projection_dim=4), r"projection_dim=4"),
+                            (dict(classifier="token_and_gap"), r"classifier='token_and_gap'")):
         with pytest.raises(ValueError, match=r"timm's VisionTransformer cannot represent this model: .*" + message):
             checkpoints.save_timm(keras_vit.ViT(**SMALL, **fields), str(tmp_path / "x"))
     assert not os.path.exists(tmp_path / "x")

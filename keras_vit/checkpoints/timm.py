@@ -785,15 +785,20 @@ def write(model, directory):
     if config is None:
         raise ValueError(f"The model {model.name!r} carries no ViTConfig; build it with keras_vit.ViT")
     problems = [f"{name}={getattr(config, name)!r} (timm: {value!r})" for name, value in (
-        ("representation_size", None), ("resnet_num_layers", None), ("layer_norm_epsilon", 1e-6),
-        # Written as plain timm ViT weights, these would read back as another function (timm's flags not written).
-        ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True), ("norm_layer", "layer_norm"),
-        ("qk_norm", False), ("gated_mlp", False), ("patch_norm", False), ("projection_dim", None))
+        ("representation_size", None), ("resnet_num_layers", None), ("projection_dim", None))
         if getattr(config, name) != value]
     if config.classifier == "token_and_gap":
         problems.append("classifier='token_and_gap' (timm: 'token', 'gap' or 'map')")
     if config.position_embedding not in ("learned_1d", "none"):
         problems.append(f"position_embedding={config.position_embedding!r} (timm: 'learned_1d' or 'none')")
+    if config.qkv_bias == "qv":
+        problems.append("qkv_bias='qv' (timm's VisionTransformer: 'all' or 'none')")
+    if config.norm_pre == config.patch_bias:  # timm's pre_norm drops the patch bias, and only it
+        problems.append(f"norm_pre={config.norm_pre} with patch_bias={config.patch_bias} (timm: pre_norm=True "
+                        "without a patch bias, or neither)")
+    architecture, why = _written_architecture(config)
+    if why:
+        problems.append(why)
     if problems:
         raise ValueError("timm's VisionTransformer cannot represent this model: " + "; ".join(problems))
     refuse_non_empty_directory(directory, "A timm model directory")
@@ -811,6 +816,8 @@ def write(model, directory):
             if all(part in arrays for part in parts):
                 value = arrays[parts[0]] if isinstance(keys, str) else tuple(arrays[p] for p in parts)
                 tensors[name.format(i=i)] = np.ascontiguousarray(_INVERSES[transform](value))
+    if architecture.startswith("aimv2"):  # timm's SwiGLU holds the gate and the value apart
+        tensors = _split_swiglu(tensors)
     os.makedirs(directory, exist_ok=True)
     write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
@@ -819,22 +826,68 @@ def write(model, directory):
     return directory
 
 
+def _split_swiglu(tensors):
+    """The inverse of `_packed_swiglu`: each packed `fc1` as `fc1_g` (its first half, the gate) and `fc1_x`."""
+    split = dict(tensors)
+    for name in [n for n in tensors if re.fullmatch(r"blocks\.\d+\.mlp\.fc1\.(weight|bias)", n)]:
+        gate, value = np.split(split.pop(name), 2)
+        split[name.replace(".fc1.", ".fc1_g.")], split[name.replace(".fc1.", ".fc1_x.")] = gate, value
+    return split
+
+
+# timm architectures whose layer classes keras_vit's norms and MLPs need beyond model_args' reach, and what each
+# fixes: (norm_layer, epsilon, gated MLP, patch norm). model_args set everything else.
+_WRITTEN_ARCHITECTURES = {
+    ("layer_norm", 1e-6, False, False): "vit_base_patch16_224",
+    ("rms_norm", 1e-6, False, False): "vit_base_patch16_224",  # model_args norm_layer='rmsnorm'
+    ("layer_norm", 1e-5, False, False): "vit_base_patch16_clip_224",  # its LayerNorm eps 1e-5
+    ("layer_norm", 1e-6, True, False): "vit_giant_patch14_dinov2",  # SwiGLUPacked (GluMlp, gate first)
+    ("rms_norm", 1e-5, True, True): "aimv2_large_patch14_224",  # RmsNorm 1e-5, SwiGLU, patch_embed norm
+}
+
+
+def _written_architecture(config):
+    """`(timm architecture, None)` whose layer classes compute `config`'s norms and MLP, or `(None, why not)`."""
+    key = (config.norm_layer, config.layer_norm_epsilon, config.gated_mlp, config.patch_norm)
+    architecture = _WRITTEN_ARCHITECTURES.get(key)
+    if config.distilled:  # deit.py's VisionTransformerDistilled; its own arguments are VisionTransformer's
+        architecture = "deit_base_distilled_patch16_224" if architecture == "vit_base_patch16_224" else None
+    if architecture is None:
+        return None, (f"norm_layer={config.norm_layer!r} at layer_norm_epsilon={config.layer_norm_epsilon}, "
+                      f"gated_mlp={config.gated_mlp}, patch_norm={config.patch_norm}, distilled={config.distilled} "
+                      f"(timm builds {sorted(_WRITTEN_ARCHITECTURES)} without distillation; DeiT's distilled model "
+                      "a LayerNorm or RMSNorm at 1e-6 with a plain MLP)")
+    return architecture, None
+
+
+def _mlp_ratio(width, hidden):
+    """An mlp_ratio whose `int(width * mlp_ratio)` (timm's rounding) is `hidden`: the quotient, or nudged up."""
+    ratio = hidden / width
+    return ratio if int(width * ratio) == hidden else (hidden + 0.5) / width
+
+
 def _written_config(config):
     """timm's `config.json`: the architecture, every argument in `model_args`, mean and std in `pretrained_cfg`."""
     size = list(config.image_size)
+    architecture, _ = _written_architecture(config)
     args = dict(
         img_size=size, patch_size=list(config.patch_size), in_chans=config.channels, embed_dim=config.hidden_size,
-        depth=config.num_layers, num_heads=config.num_heads, mlp_ratio=config.mlp_dim / config.hidden_size,
+        depth=config.num_layers, num_heads=config.num_heads,
+        # timm's Block makes fc1 int(width * mlp_ratio) wide, twice the gated width for SwiGLUPacked.
+        mlp_ratio=_mlp_ratio(config.hidden_size, config.mlp_dim * (2 if architecture.endswith("dinov2") else 1)),
         num_classes=config.classes, global_pool=_WRITTEN_POOLS[config.classifier], class_token=config.class_token,
         no_embed_class=config.no_embed_class, fc_norm=config.fc_norm, reg_tokens=config.num_register_tokens,
         pos_embed="learn" if config.position_embedding == "learned_1d" else "none",
         dynamic_img_size=config.dynamic_image_size,
+        # The later families' blocks; each overrides what a family architecture would set.
+        init_values=config.layer_scale_init, pre_norm=config.norm_pre, qkv_bias=config.qkv_bias == "all",
+        qk_norm=config.qk_norm, proj_bias=True,
     )
-    if config.gelu_approximate:
-        args["act_layer"] = "gelu_tanh"
-    architecture = "vit_base_patch16_224"
-    if config.distilled:  # deit.py's VisionTransformerDistilled; its own arguments are VisionTransformer's
-        architecture = "deit_base_distilled_patch16_224"
+    if config.norm_layer == "rms_norm" and not config.patch_norm:
+        args["norm_layer"] = "rmsnorm"
+    args["act_layer"] = {"quick_gelu": "quick_gelu", "silu": "silu"}.get(
+        config.activation, "gelu_tanh" if config.gelu_approximate else "gelu")
+    if config.distilled:
         del args["reg_tokens"]
     return dict(
         architecture=architecture, num_classes=config.classes, num_features=config.hidden_size,
