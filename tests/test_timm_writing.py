@@ -20,7 +20,10 @@ SMALL = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2
 
 
 @pytest.mark.parametrize("case", ["timm/augreg", "timm/deit_distilled", "timm/gap_fc_norm", "timm_extra/map_reg",
-                                  "timm_extra/reg4_gap", "timm_extra/reg2_token"])
+                                  "timm_extra/reg4_gap", "timm_extra/reg2_token", "families/timm_dinov2",
+                                  "families/timm_dinov2_reg4", "families/timm_dinov2_swiglu", "families/timm_deit3",
+                                  "families/timm_clip_quickgelu", "families/timm_aimv2", "families/timm_qk_norm",
+                                  "families/timm_rmsnorm"])
 def test_written_files_hold_timms_tensors(tmp_path, case):
     source = os.path.join(FIXTURES, case)
     model = keras_vit.ViT.from_checkpoint(source)

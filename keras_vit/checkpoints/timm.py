@@ -818,10 +818,16 @@ def write(model, directory):
                 tensors[name.format(i=i)] = np.ascontiguousarray(_INVERSES[transform](value))
     if architecture.startswith("aimv2"):  # timm's SwiGLU holds the gate and the value apart
         tensors = _split_swiglu(tensors)
+    # Projection biases all zero are written as none (timm's proj_bias=False, AIMv2's): the same function, and
+    # an AIMv2 file read and written again is the file it was.
+    biases = [n for n in tensors if re.fullmatch(r"blocks\.\d+\.(attn\.proj|mlp\.fc1(_[gx])?|mlp\.fc2)\.bias", n)]
+    proj_bias = any(np.any(tensors[n]) for n in biases)
+    if not proj_bias:
+        tensors = {n: t for n, t in tensors.items() if n not in biases}
     os.makedirs(directory, exist_ok=True)
     write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(_written_config(config), f, indent=2, sort_keys=True)
+        json.dump(_written_config(config, proj_bias), f, indent=2, sort_keys=True)
         f.write("\n")
     return directory
 
@@ -866,7 +872,7 @@ def _mlp_ratio(width, hidden):
     return ratio if int(width * ratio) == hidden else (hidden + 0.5) / width
 
 
-def _written_config(config):
+def _written_config(config, proj_bias=True):
     """timm's `config.json`: the architecture, every argument in `model_args`, mean and std in `pretrained_cfg`."""
     size = list(config.image_size)
     architecture, _ = _written_architecture(config)
@@ -881,7 +887,7 @@ def _written_config(config):
         dynamic_img_size=config.dynamic_image_size,
         # The later families' blocks; each overrides what a family architecture would set.
         init_values=config.layer_scale_init, pre_norm=config.norm_pre, qkv_bias=config.qkv_bias == "all",
-        qk_norm=config.qk_norm, proj_bias=True,
+        qk_norm=config.qk_norm, proj_bias=proj_bias,
     )
     if config.norm_layer == "rms_norm" and not config.patch_norm:
         args["norm_layer"] = "rmsnorm"
