@@ -14,7 +14,8 @@ import numpy as np
 
 from keras_vit.atomic_files import atomic_file
 
-_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}
+# I64: index buffers some files keep beside the weights (an older CLIP's `position_ids`), read to be passed over.
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8"}
 
 
 def read_safetensors(path):

@@ -283,11 +283,16 @@ def _check_supported(tensors, source):
             raise ValueError(f"{source} has {feature}, which keras_vit's ViT does not have; found {found[:4]}")
 
 
+# The names transformers' ViT, DeiT, DINOv2, CLIP and SigLIP tensors start with.
+_TRANSFORMERS_PREFIXES = ("embeddings.patch_embeddings.", "embeddings.patch_embedding.", "vit.", "deit.", "dinov2.",
+                          "vision_model.")
+
+
 def _weight_facts(tensors, source):
     """What the shapes say: patch, width, depth, MLP, channels, tokens, norms, head."""
-    if any(name.startswith(("embeddings.patch_embeddings.", "vit.", "deit.")) for name in tensors):
+    if any(name.startswith(_TRANSFORMERS_PREFIXES) for name in tensors):
         # transformers' names: its config.json states heads, epsilon, activation and pooler, which shapes cannot.
-        raise ValueError(f"{source} holds transformers ViT/DeiT tensors (e.g. {sorted(tensors)[0]!r}), not a timm "
+        raise ValueError(f"{source} holds transformers tensors (e.g. {sorted(tensors)[0]!r}), not a timm "
                          "checkpoint; expected its folder, with the config.json beside model.safetensors "
                          "(save_pretrained's directory), found no config.json")
     for key in ("patch_embed.proj.weight", "blocks.0.attn.qkv.weight", "blocks.0.mlp.fc1.weight",

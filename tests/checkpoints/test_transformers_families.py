@@ -151,6 +151,24 @@ def test_image_towers_are_read_with_and_without_the_vision_model_prefix(tmp_path
     _check(directory, "hf_clip_projection")
 
 
+@pytest.mark.parametrize("case", ["hf_clip_vision", "hf_dinov2", "hf_clip_projection"])
+def test_a_lone_transformers_file_asks_for_its_folder(tmp_path, case):
+    lone = tmp_path / "model.safetensors"
+    shutil.copy(os.path.join(FAMILIES, case, "model.safetensors"), lone)
+    with pytest.raises(ValueError, match=r"holds transformers tensors .* expected its folder, with the config\.json"):
+        keras_vit.ViT.from_checkpoint(lone)
+
+
+def test_an_older_clip_file_with_its_int64_position_ids_is_read(tmp_path):
+    """Hub files of older transformers keep `embeddings.position_ids` (I64) beside the table: passed over."""
+    directory = _copy(tmp_path, "hf_clip_projection")
+    tensors = _tensors(directory)
+    tensors["vision_model.embeddings.position_ids"] = np.arange(17, dtype=np.int64)[None]
+    _write_tensors(directory, tensors)
+    assert _tensors(directory)["vision_model.embeddings.position_ids"].dtype == np.int64
+    _check(directory, "hf_clip_projection")
+
+
 def _full_model(tmp_path, case, model_type):
     """A CLIPModel / SiglipModel directory around the case's image tower, with a stand-in text tower."""
     directory = _copy(tmp_path, case, model_type)
