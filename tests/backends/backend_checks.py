@@ -11,10 +11,11 @@ bit, resized pixels (`keras_vit.resize_and_center_crop`, `resize_pixels`), the
 pixels `keras_vit.explain` reads from a PNG and (off TensorFlow) the figures it
 writes, the refusals of inputs of the wrong shape, and whether TensorFlow was
 imported; it saves `OUT_DIR/<backend>_<encoder>.keras`
-(unrolled and scanned encoders) with their outputs, and loads the `.keras` files
-other backends left in OUT_DIR (`loaded_<saver>_<encoder>` outputs). `--load-only` does only the last step, into
-`OUT_DIR/<backend>_loads.npz`. The TensorFlow backend runs the same functions in
-the test process (`run`, `load_keras_files`).
+(unrolled and scanned encoders, each renamed into place once whole) with their outputs, then waits for every other
+backend's files and loads them (`loaded_<saver>_<encoder>` outputs). The three backends run at once, each
+in its own process (TensorFlow in the test's): one that fails leaves `OUT_DIR/<backend>.failed`, and the others stop
+waiting. The TensorFlow backend runs the same functions in the test process (`run`, `wait_for_keras_files`,
+`load_keras_files`).
 """
 
 import os
@@ -27,6 +28,7 @@ if __name__ == "__main__" and os.environ.get("KERAS_BACKEND") in ("jax", "torch"
 
 import json  # noqa: E402
 import pathlib  # noqa: E402
+import time  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -157,9 +159,24 @@ def save_keras_files(directory):
         rng = np.random.default_rng(2)
         for weight in model.trainable_weights:  # the head starts at zero: every weight random, so all must arrive
             weight.assign(rng.normal(0.0, 0.3, weight.shape).astype("float32"))
-        model.save(pathlib.Path(directory) / f"{keras.backend.backend()}_{encoder}.keras")
+        path = pathlib.Path(directory) / f"{keras.backend.backend()}_{encoder}.keras"
+        partial = path.with_name(f"partial_{path.name}")  # the other backends, loading at once, see it whole or not
+        model.save(partial)
+        os.replace(partial, path)
         out[f"saved_{encoder}"] = numpy(model(keras_file_images()))
     return out
+
+
+def wait_for_keras_files(directory, timeout=600):
+    """Returns once every backend's `.keras` files are in `directory`, or a backend has failed (its tests say why;
+    the others load what is there); raises at `timeout`."""
+    directory = pathlib.Path(directory)
+    expected = [directory / f"{saver}_{encoder}.keras" for saver in BACKENDS for encoder in ENCODERS]
+    deadline = time.monotonic() + timeout
+    while not all(path.exists() for path in expected) and not list(directory.glob("*.failed")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"after {timeout} s, still no {[p.name for p in expected if not p.exists()]}")
+        time.sleep(0.1)
 
 
 def load_keras_files(directory):
@@ -195,9 +212,11 @@ def explain_image(directory):
     from PIL import Image
 
     path = pathlib.Path(directory) / "explain.png"
-    if not path.exists():
+    if not path.exists():  # the backends run at once: each writes its own copy, then renames it into place
         pixels = np.random.default_rng(3).integers(0, 256, (40, 30, 4), dtype=np.uint8)
-        Image.fromarray(pixels, "RGBA").save(path)
+        partial = path.with_name(f"partial_{keras.backend.backend()}_{path.name}")
+        Image.fromarray(pixels, "RGBA").save(partial)
+        os.replace(partial, path)
     return path
 
 
@@ -260,7 +279,8 @@ def tensorflow_imported():
 
 
 def run(directory):
-    """Every check on this process's backend; the results as a dict of arrays (keys prefixed by kind)."""
+    """Every check on this process's backend but the loads of the other backends' `.keras` files; the results as a
+    dict of arrays (keys prefixed by kind)."""
     out = {f"official:{case}": logits for case, logits in official_logits().items()}
     out.update({f"timm:{case}": logits for case, logits in timm_logits().items()})
     out.update({f"extra:{case}": logits for case, logits in extra_logits().items()})
@@ -271,7 +291,6 @@ def run(directory):
     out["trim:whole"], out["trim:trimmed"] = (numpy(m(token_images)) for m in (token, keras_vit.trim_last_block(token)))
     out["npz_round_trip"] = npz_round_trip(directory)
     out.update(save_keras_files(directory))
-    out.update(load_keras_files(directory))
     for case in range(len(RESIZE_CASES)):
         out.update(resized(case))
     out.update(explain(directory))
@@ -281,16 +300,17 @@ def run(directory):
     return out
 
 
-def main(directory, *flags):
-    if flags not in ((), ("--load-only",)):
-        raise ValueError(f"expected OUT_DIR [--load-only]; received flags {flags}")
+def main(directory):
     backend = keras.backend.backend()
-    if flags:
-        out, name = load_keras_files(directory), f"{backend}_loads.npz"
-    else:
-        out, name = run(directory), f"{backend}.npz"
-    np.savez(pathlib.Path(directory) / name, **{**out, "tensorflow_imported": tensorflow_imported()})
-    print(json.dumps({"backend": backend, "wrote": name, "tensorflow_imported": tensorflow_imported()}))
+    try:
+        out = run(directory)
+        wait_for_keras_files(directory)
+        out.update(load_keras_files(directory))
+    except BaseException:
+        (pathlib.Path(directory) / f"{backend}.failed").touch()  # the other backends stop waiting for its files
+        raise
+    np.savez(pathlib.Path(directory) / f"{backend}.npz", **{**out, "tensorflow_imported": tensorflow_imported()})
+    print(json.dumps({"backend": backend, "wrote": f"{backend}.npz", "tensorflow_imported": tensorflow_imported()}))
 
 
 if __name__ == "__main__":

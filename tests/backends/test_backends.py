@@ -4,9 +4,8 @@ without TensorFlow importable), each running tests/backends/backend_checks.py.
 The golden fixtures give the reference logits, training lowers the loss, a `.keras` file saved on any
 backend loads on the other two with the same outputs, official `.npz` files read and write without
 TensorFlow, the analysis API, resizing and `keras_vit.explain` give TensorFlow's results, and inputs of
-the wrong shape are refused alike. Three subprocesses in a row: PyTorch (which loads TensorFlow's `.keras`
-file), JAX (TensorFlow's and PyTorch's), PyTorch again for JAX's file only (the backend that starts and
-builds a model in the least time).
+the wrong shape are refused alike. The JAX and PyTorch subprocesses run beside the TensorFlow checks in the test
+process, all three at once: each saves its `.keras` files, then waits for the other two backends' and loads them.
 """
 
 import os
@@ -33,40 +32,49 @@ SAME_ATOL = 1e-5  # one model, two backends: float32 kernels that differ in summ
 RESIZE_ATOL, ROUNDED_MEAN = 0.01, 0.02
 
 
-def _worker(backend, directory, *flags):
-    """Runs backend_checks on `backend`; None, or the failure's output."""
+def _start_worker(backend, directory):
+    """Starts backend_checks on `backend` in a subprocess; its Popen (stdout and stderr into files in `directory`)."""
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
     if backend == "jax":  # eager JAX compiles each op at each new shape: tiny models run once, so XLA's
         # optimisation passes cost more than they save (a third of the process's CPU time)
         env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
-    result = subprocess.run([sys.executable, "-m", "tests.backends.backend_checks", str(directory), *flags],
-                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    return None if result.returncode == 0 else f"exit {result.returncode}:\n{result.stderr[-4000:]}"
+    with open(directory / f"{backend}.out", "w") as stdout, open(directory / f"{backend}.err", "w") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "tests.backends.backend_checks", str(directory)], env=env,
+                                cwd=ROOT, stdout=stdout, stderr=stderr)
+
+
+def _finish_worker(backend, directory, process):
+    """None, or the failure's output, once the worker has exited."""
+    try:
+        code = process.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        code = f"{process.wait()} (killed after 900 s)"
+    return None if code == 0 else f"exit {code}:\n{(directory / f'{backend}.err').read_text()[-4000:]}"
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """{backend: its results, or the text of its failure}, every backend's checks run once for the module."""
+    """{backend: its results, or the text of its failure}, every backend's checks run once for the module, the three
+    backends at once (each loads the other two's `.keras` files once they are written)."""
     directory = tmp_path_factory.mktemp("backends")
     assert keras.backend.backend() == "tensorflow", "the suite runs on Keras' TensorFlow backend"
+    workers = {backend: _start_worker(backend, directory) for backend in ("jax", "torch")}
     out = {}
     try:
         out["tensorflow"] = checks.run(directory)
-    except Exception:  # reported by each test of the TensorFlow backend, as a worker's failure is
-        out["tensorflow"] = traceback.format_exc()
-    for backend, flags in (("torch", ()), ("jax", ()), ("torch", ("--load-only",))):
-        failure = _worker(backend, directory, *flags)
-        name = f"{backend}_loads" if flags else backend
-        if failure or isinstance(out.get(backend), str):
-            out[backend] = out.get(backend) if isinstance(out.get(backend), str) else failure
-            continue
-        with np.load(directory / f"{name}.npz") as arrays:
-            loaded = dict(arrays)
-        if backend in out:  # the second PyTorch run: its loads join the first run's results
-            loaded["tensorflow_imported"] = loaded["tensorflow_imported"] | out[backend]["tensorflow_imported"]
-        out[backend] = {**out.get(backend, {}), **loaded}
-    if isinstance(out["tensorflow"], dict):
+        checks.wait_for_keras_files(directory)
         out["tensorflow"].update(checks.load_keras_files(directory))
+    except Exception:  # reported by each test of the TensorFlow backend, as a worker's failure is
+        (directory / "tensorflow.failed").touch()  # the workers stop waiting for its files
+        out["tensorflow"] = traceback.format_exc()
+    for backend, process in workers.items():
+        failure = _finish_worker(backend, directory, process)
+        if failure:
+            out[backend] = failure
+            continue
+        with np.load(directory / f"{backend}.npz") as arrays:
+            out[backend] = dict(arrays)
     return out
 
 
