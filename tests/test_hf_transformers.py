@@ -217,7 +217,7 @@ def test_a_family_keras_vit_does_not_read_is_refused_by_its_model_type(tmp_path)
 def test_a_lone_model_safetensors_asks_for_its_folder(tmp_path):
     place = tmp_path / "model.safetensors"
     shutil.copy(os.path.join(FIXTURES, "vit_classifier", "model.safetensors"), place)
-    with pytest.raises(ValueError, match=r"model\.safetensors holds transformers ViT/DeiT tensors .* expected its "
+    with pytest.raises(ValueError, match=r"model\.safetensors holds transformers tensors .* expected its "
                                          r"folder, with the config\.json beside model\.safetensors .* no config\.json"):
         checkpoints.config_from_checkpoint(place)
 
