@@ -139,6 +139,22 @@ def test_a_distilled_deits_rollout_reads_both_tokens_its_output_averages():
     np.testing.assert_allclose(analysis.rollout_map(model, IMAGES), expected, atol=1e-5)
 
 
+def test_dinov2s_rollout_reads_the_class_token_and_the_patches_and_skips_the_registers():
+    """DINOv2's classifier (class token beside the mean of the patches) with 2 registers: the mean of the class
+    token's row and the patches' rows, over the patches only; intermediates put the registers among the prefix."""
+    model = tiny(classifier="token_and_gap", num_register_tokens=2, layer_scale_init=0.5, gated_mlp=True,
+                 activation="silu")
+    maps = analysis.attention_maps(model, IMAGES)
+    assert [m.shape for m in maps] == [(2, 2, 9, 9)] * 3
+    rollout = analysis.attention_rollout(maps)
+    both = (rollout[:, 0, 3:] + rollout[:, 3:, 3:].mean(axis=1)) / 2
+    expected = tf.image.resize(both.reshape(2, 2, 3, 1), (8, 12), "bilinear").numpy()[..., 0]
+    expected = (expected - expected.min((1, 2), keepdims=True)) / np.ptp(expected, (1, 2), keepdims=True)
+    np.testing.assert_allclose(analysis.rollout_map(model, IMAGES), expected, atol=1e-5)
+    split = analysis.intermediates(model, indices=-1, norm=True)(IMAGES)["encoder_block_2"]
+    assert tuple(split["prefix_tokens"].shape) == (2, 3, 16) and tuple(split["patch_tokens"].shape) == (2, 6, 16)
+
+
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_any_resolution_with_dynamic_image_size(scan_layers):
     model = tiny(dynamic_image_size=True, scan_layers=scan_layers)

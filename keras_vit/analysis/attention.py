@@ -156,8 +156,9 @@ def rollout_map(model, images, head_fusion="mean", discard_ratio=0.0):
     distillation tokens' heads: the mean of those two rows. A MAP model
     (`classifier="map"`): the patch tokens' rows weighted by the probe's
     attention over them (the mean of its heads). A model pooling the patches
-    (GAP): the mean of every patch token's row. Register tokens are left out
-    as the class token is. The patch grid is upsampled bilinearly to the
+    (GAP): the mean of every patch token's row. DINOv2's classifier, which
+    reads both (`classifier="token_and_gap"`): the mean of the two. Register
+    tokens are left out as the class token is. The patch grid is upsampled bilinearly to the
     image size.
 
     Args:
@@ -177,7 +178,9 @@ def rollout_map(model, images, head_fusion="mean", discard_ratio=0.0):
     images = check_images(model, images)
     rollout = attention_rollout(attention_maps(model, images), head_fusion, discard_ratio)
     prefix = encoder.num_prefix_tokens(model)
-    if _pools_class_token(model):
+    if _pooling_mode(model) == "token_and_gap":
+        weights = (rollout[:, 0, prefix:] + rollout[:, prefix:, prefix:].mean(axis=1)) / 2
+    elif _pools_class_token(model):
         read = 2 if "distillation_pooling" in {layer.name for layer in model.layers} else 1  # the tokens' heads
         weights = rollout[:, :read, prefix:].mean(axis=1)
     elif "map_head" in {layer.name for layer in model.layers}:
@@ -199,12 +202,15 @@ def _probe_attention(model, images):
     return keras.ops.convert_to_numpy(scores)[:, :, 0].mean(axis=1)
 
 
-def _pools_class_token(model):
-    """Whether the model's output is read from the class token (its pooling layer's mode)."""
+def _pooling_mode(model):
+    """The model's pooling layer's mode, else its configuration's classifier."""
     names = {layer.name for layer in model.layers}
-    if "pooling" in names:
-        return model.get_layer("pooling").mode == "token"
-    return model.vit_config.classifier == "token"
+    return model.get_layer("pooling").mode if "pooling" in names else model.vit_config.classifier
+
+
+def _pools_class_token(model):
+    """Whether the model's output is read from the class token alone."""
+    return _pooling_mode(model) == "token"
 
 
 def _scale_each(maps):

@@ -76,7 +76,9 @@ def test_transformers_and_big_vision_files_are_served_from_the_command_line(tmp_
     assert best == [names[i] for i in io["outputs"].argmax(axis=1)]
 
 
-@pytest.mark.parametrize("name", ["hf/vit_classifier", "timm_extra/bv_map.npz", "timm_extra/reg4_gap"])
+@pytest.mark.parametrize("name", ["hf/vit_classifier", "timm_extra/bv_map.npz", "timm_extra/reg4_gap",
+                                  # The later families (issue 50): LayerScale, CLIP's projection, AIMv2's blocks.
+                                  "families/timm_dinov2", "families/hf_clip_projection", "families/timm_aimv2"])
 def test_the_trainer_fine_tunes_from_each_kind(name):
     from trainers import loop, recipes
 
