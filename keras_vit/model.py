@@ -10,6 +10,8 @@ ViT's own layers, such as masked patch prediction (`keras_vit.mpp`), compose the
 """
 
 import logging
+import os
+import re
 
 import keras
 
@@ -487,8 +489,58 @@ def outputs_probabilities(model):
     )
 
 
-# The model a checkpoint describes, with its weights (keras_vit/checkpoints/__init__.py).
-ViT.from_checkpoint = checkpoints.from_checkpoint
+def checkpoint_stem(path):
+    """A model name from a checkpoint's file name: "ViT-B_16.npz" -> "ViT-B_16"."""
+    stem = os.path.basename(str(path).rstrip("/"))
+    return re.sub(r"\W", "_", stem.rsplit(".", 1)[0] if "." in stem else stem)
+
+
+def from_checkpoint(path, *, include_top=None, classifier_activation="softmax", name=None, **overrides):
+    """Builds the model a checkpoint describes and loads it (also `keras_vit.ViT.from_checkpoint(path)`).
+
+    Args:
+        path: an official or big_vision `.npz` (official: also `gs://`,
+            `https://`), a timm `.safetensors` file or model directory, a
+            Hugging Face `transformers` directory, or a hub id (`org/name`,
+            through `huggingface_hub`'s cache).
+        include_top: bool. Defaults to True when the file has a head.
+        classifier_activation: the head's activation. Defaults to "softmax".
+        name: the model's name. Defaults to the file's stem.
+        **overrides: `ViTConfig` fields that differ from the file's, e.g.
+            `image_size=384` (position tables resized), `patch_size=8`
+            (FlexiViT: the patch kernel resampled by `keras_vit.patch_resize`,
+            bicubic for files with timm's numerics, else bilinear; the
+            position tables resized to the new grid), `classes=10` (a new
+            head at zero), `representation_size=None` (pre_logits dropped),
+            `drop_path_rate=0.1`.
+
+    Returns:
+        A `ViTModel` with the checkpoint's weights.
+    """
+    # One read: the file's configuration and its arrays (a B/16 file is 330 MB).
+    config, arrays = checkpoints.read_checkpoint(path, overrides.get("image_size"), overrides.get("num_heads"))
+    if "patch_size" in overrides:
+        arrays = _with_patch_size(config, arrays, overrides["patch_size"])
+    model = ViT(config.replace(**overrides), include_top=include_top, classifier_activation=classifier_activation,
+                name=name or checkpoint_stem(path))
+    return checkpoints.load_arrays(model, arrays, str(path), overridden=tuple(overrides))
+
+
+def _with_patch_size(config, arrays, patch_size):
+    """`arrays` with the patch kernel resampled to `patch_size` (FlexiViT's pseudo-inverse resize)."""
+    from keras_vit.checks import to_pair
+    from keras_vit.patch_resize import resample_patch_kernel
+
+    patch_size = to_pair(patch_size, "patch_size")
+    if patch_size == config.patch_size:
+        return arrays
+    # The resize the kernel undoes: timm's (bicubic) for files in timm's numerics, else FlexiViT's (bilinear).
+    method = "bicubic" if config.interpolation.startswith("bicubic") else "bilinear"
+    return {**arrays, "embedding/kernel": resample_patch_kernel(arrays["embedding/kernel"], patch_size, method)}
+
+
+# The model a checkpoint describes, with its weights; the checkpoints package itself imports no model.
+ViT.from_checkpoint = from_checkpoint
 
 
 BASE_DOCSTRING = """Builds {title}.

@@ -73,8 +73,15 @@ def test_every_format_has_what_the_package_recipe_asks():
     assert stated == keras_vit.config_from_checkpoint(FIXTURES / "timm" / "augreg")  # its config.json states one
 
 
-def test_from_checkpoint_is_the_models_alias():
-    assert keras_vit.ViT.from_checkpoint is checkpoints.from_checkpoint
+def test_the_checkpoints_package_imports_no_model():
+    """Imports run one way: keras_vit.model imports the checkpoints package, which builds no model
+    (`ViT.from_checkpoint` lives in keras_vit.model)."""
+    package = pathlib.Path(checkpoints.__file__).parent
+    imports_model = r"^\s*(from keras_vit\.model import|import keras_vit\.model|from keras_vit import .*\bmodel\b)"
+    importing = [path.name for path in package.glob("*.py") if re.search(imports_model, path.read_text(), re.MULTILINE)]
+    assert not importing
+    assert keras_vit.ViT.from_checkpoint is keras_vit.model.from_checkpoint
+    assert not hasattr(checkpoints, "from_checkpoint")
 
 
 def test_a_folder_never_shadows_a_registered_name(tmp_path, monkeypatch):

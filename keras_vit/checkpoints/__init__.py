@@ -1,9 +1,9 @@
-"""Checkpoints of every format: read a file's configuration, build its model, load it, write official files.
+"""Checkpoints of every format: read a file's configuration, load it into a model, write the formats.
 
 Entry points: `read_checkpoint(path)` gives a file's `ViTConfig` and its
-arrays, `config_from_checkpoint(path)` the configuration alone,
-`from_checkpoint(path)` (also `keras_vit.ViT.from_checkpoint`) the model the
-file describes with its weights, `load_checkpoint(model, path)` loads a file
+arrays, `config_from_checkpoint(path)` the configuration alone
+(`keras_vit.ViT.from_checkpoint(path)`, in `keras_vit.model`, builds the
+model a file describes: this package imports no model), `load_checkpoint(model, path)` loads a file
 into a model that exists, `load_npz` / `save_npz` read and write the
 official `.npz`, and `resolve_weights(weights)` decides what a `weights=`
 value names (a file, a URL, a directory, a Keras weights file or a
@@ -46,7 +46,7 @@ them all. Adding a format is one module and one line: write
 
 then add the module to `resolve.FORMATS` (before a format whose `matches`
 it narrows): `resolve_weights` then takes its files for `weights=`, and
-`read_checkpoint`, `load_checkpoint` and `from_checkpoint` read them. Tests:
+`read_checkpoint`, `load_checkpoint` and `ViT.from_checkpoint` read them. Tests:
 a fixture the format's own code wrote, and the logits it gives.
 """
 
@@ -113,59 +113,6 @@ def load_weights(model, weights):
         model.load_weights(resolved.location)
         return model
     return load_checkpoint(model, resolved.location)
-
-
-def checkpoint_stem(path):
-    """A model name from a checkpoint's file name: "ViT-B_16.npz" -> "ViT-B_16"."""
-    stem = os.path.basename(str(path).rstrip("/"))
-    return re.sub(r"\W", "_", stem.rsplit(".", 1)[0] if "." in stem else stem)
-
-
-def from_checkpoint(path, *, include_top=None, classifier_activation="softmax", name=None, **overrides):
-    """Builds the model a checkpoint describes and loads it: `keras_vit.ViT.from_checkpoint(path)`.
-
-    Args:
-        path: an official or big_vision `.npz` (official: also `gs://`,
-            `https://`), a timm `.safetensors` file or model directory, a
-            Hugging Face `transformers` directory, or a hub id (`org/name`,
-            through `huggingface_hub`'s cache).
-        include_top: bool. Defaults to True when the file has a head.
-        classifier_activation: the head's activation. Defaults to "softmax".
-        name: the model's name. Defaults to the file's stem.
-        **overrides: `ViTConfig` fields that differ from the file's, e.g.
-            `image_size=384` (position tables resized), `patch_size=8`
-            (FlexiViT: the patch kernel resampled by `keras_vit.patch_resize`,
-            bicubic for files with timm's numerics, else bilinear; the
-            position tables resized to the new grid), `classes=10` (a new
-            head at zero), `representation_size=None` (pre_logits dropped),
-            `drop_path_rate=0.1`.
-
-    Returns:
-        A `ViTModel` with the checkpoint's weights.
-    """
-    # Imported here: the model module imports this package (`ViT(weights=...)`, `ViT.from_checkpoint`).
-    from keras_vit.model import ViT
-
-    # One read: the file's configuration and its arrays (a B/16 file is 330 MB).
-    config, arrays = read_checkpoint(path, overrides.get("image_size"), overrides.get("num_heads"))
-    if "patch_size" in overrides:
-        arrays = _with_patch_size(config, arrays, overrides["patch_size"])
-    model = ViT(config.replace(**overrides), include_top=include_top, classifier_activation=classifier_activation,
-                name=name or checkpoint_stem(path))
-    return load_arrays(model, arrays, str(path), overridden=tuple(overrides))
-
-
-def _with_patch_size(config, arrays, patch_size):
-    """`arrays` with the patch kernel resampled to `patch_size` (FlexiViT's pseudo-inverse resize)."""
-    from keras_vit.checks import to_pair
-    from keras_vit.patch_resize import resample_patch_kernel
-
-    patch_size = to_pair(patch_size, "patch_size")
-    if patch_size == config.patch_size:
-        return arrays
-    # The resize the kernel undoes: timm's (bicubic) for files in timm's numerics, else FlexiViT's (bilinear).
-    method = "bicubic" if config.interpolation.startswith("bicubic") else "bilinear"
-    return {**arrays, "embedding/kernel": resample_patch_kernel(arrays["embedding/kernel"], patch_size, method)}
 
 
 def save_transformers(model, directory, labels=None):
