@@ -55,6 +55,9 @@ EXTRA_CASES = {
     "reg4_gap": ("timm_extra/reg4_gap", "timm_extra/reg4_gap_io.npz", "logits"),
     # transformers' CLIPVisionModelWithProjection: norm_pre, QuickGELU, fc_norm, projection, no patch bias.
     "hf_clip_projection": ("families/hf_clip_projection", "families/hf_clip_projection_io.npz", "image_embeds"),
+    # timm's AIMv2 (RMSNorm, patch norm, split SwiGLU, no biases) and DINOv2 giant (LayerScale, SwiGLUPacked).
+    "timm_aimv2": ("families/timm_aimv2", "families/timm_aimv2_io.npz", "outputs"),
+    "timm_dinov2_swiglu": ("families/timm_dinov2_swiglu", "families/timm_dinov2_swiglu_io.npz", "outputs"),
 }
 BACKENDS = ("tensorflow", "jax", "torch")
 # A tiny ViT for training and the `.keras` round trip; dropout and stochastic depth on, so a file must keep them
