@@ -121,7 +121,7 @@ def test_a_keras_vit_model_round_trips(tmp_path):
 def test_models_transformers_cannot_represent_are_refused(tmp_path):
     small = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, image_size=32, classes=3)
     for fields, message in ((dict(classifier="gap"), r"classifier='gap' \(transformers: 'token'\)"),
-                            (dict(num_register_tokens=2), r"num_register_tokens=2"),
+                            (dict(no_embed_class=True), r"no_embed_class=True"),
                             (dict(representation_size=16), r"representation_size=16 with a head"),
                             (dict(activation="quick_gelu"), r"activation='quick_gelu'"),
                             (dict(qkv_bias="none"), r"qkv_bias='none'"),

@@ -49,7 +49,10 @@ pooler on a DeiT, `DeiTForImageClassification`'s class-token-only head
 beside a distillation token, masked-image-modelling decoders, a SigLIP tower
 without its head, backbones). `pytorch_model.bin` is refused: a pickle can
 run code when read. The labels (`id2label`) are read by `labels`. `write`
-writes a keras_vit model back as a ViT / DeiT directory.
+writes a keras_vit model back as the class of these that computes it (ViT,
+DeiT, Dinov2 with or without registers and their classifiers, CLIPVisionModel
+with or without projection, SiglipVisionModel), by the reader's tables turned
+around.
 """
 
 import json
@@ -629,10 +632,20 @@ def _to_official(tensors, cfg, config, source):
 def write(model, directory, labels=None):
     """Writes a keras_vit model as a transformers directory that `from_pretrained` loads with the same outputs.
 
-    `ViTForImageClassification` for a model with a head, `ViTModel` (its pooler
-    the model's `pre_logits`) for one without, `DeiTForImageClassificationWithTeacher`
-    / `DeiTModel` for a distilled one; `config.json`, `model.safetensors` and a
-    `preprocessor_config.json` with the model's mean and std.
+    The model class follows the model's fields:
+
+    - `classifier="map"`: `SiglipVisionModel` (no class token, the MAP head);
+    - `norm_pre=True`: `CLIPVisionModel`, or `CLIPVisionModelWithProjection` with `projection_dim`;
+    - registers: `Dinov2WithRegistersModel` (`no_embed_class=True`: the class token is written with a zero
+      position row, the exact inverse of the reader's fold) or its classifier;
+    - LayerScale or `classifier="token_and_gap"`: `Dinov2Model` (`classifier="token"`), or
+      `Dinov2ForImageClassification` (`"token_and_gap"` with a head); a gated MLP as `use_swiglu_ffn`;
+    - else `ViTForImageClassification` for a model with a head, `ViTModel` (its pooler the model's
+      `pre_logits`) for one without, `DeiTForImageClassificationWithTeacher` / `DeiTModel` for a distilled one.
+
+    Names, layouts and transforms are the reader's tables turned around, so a directory read and written back
+    holds transformers' own tensors (DINOv2's unused `mask_token` written as transformers initialises it, zeros);
+    `config.json`, `model.safetensors` and the family's `preprocessor_config.json` with the model's mean and std.
 
     Args:
         model: a keras_vit model (it carries its `ViTConfig`).
@@ -643,8 +656,8 @@ def write(model, directory, labels=None):
         `directory`.
 
     Raises:
-        ValueError: naming the field of a configuration transformers' ViT cannot represent, a non-empty
-            `directory`, or NaN or infinite weights; nothing is written.
+        ValueError: naming the field of a configuration the chosen transformers class cannot represent, a
+            non-empty `directory`, or NaN or infinite weights; nothing is written.
     """
     from keras_vit.checkpoints.files import refuse_non_empty_directory
     from keras_vit.checkpoints.official import entries, non_finite_keys, non_finite_message, official_key
@@ -662,7 +675,27 @@ def write(model, directory, labels=None):
     bad = non_finite_keys(arrays)
     if bad:
         raise ValueError(non_finite_message(bad, f"The model {model.name!r}") + f"; nothing was written to {directory}")
-    architecture, model_type = _written_architecture(config)
+    architecture, model_type, _ = _written_architecture(config)
+    names = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(config.classes)]
+    if model_type in ("vit", "deit"):
+        tensors, cfg, processor = _vit_directory(config, arrays, architecture, model_type, directory)
+    else:
+        tensors = _family_tensors(config, arrays, architecture, model_type)
+        cfg, processor = _family_config(config, architecture, model_type), _family_processor(config, model_type)
+    if names:  # a model without a head has no labels (transformers writes none)
+        cfg.update(id2label={str(i): name for i, name in enumerate(names)},
+                   label2id={name: i for i, name in enumerate(names)})
+    os.makedirs(directory, exist_ok=True)
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors, {"format": "pt"})
+    for name, data in (("config.json", cfg), ("preprocessor_config.json", processor)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return directory
+
+
+def _vit_directory(config, arrays, architecture, model_type, directory):
+    """(tensors, config.json, preprocessor_config.json) of a ViT / DeiT."""
     if architecture == "ViTModel" and not config.representation_size:
         # from_pretrained builds ViTModel with a pooler and initialises it at random (transformers warns on load);
         # said here too, since nothing in config.json can tell ViTModel to leave it out.
@@ -672,9 +705,6 @@ def write(model, directory, labels=None):
     prefix = "" if architecture.endswith("Model") else _PREFIXES[model_type]
     tensors = {_written_name(key, prefix, model_type): np.ascontiguousarray(_written_transform(key)(value))
                for key, value in arrays.items()}
-    os.makedirs(directory, exist_ok=True)
-    write_safetensors(os.path.join(directory, "model.safetensors"), tensors, {"format": "pt"})
-    names = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(config.classes)]
     cfg = dict(
         architectures=[architecture], model_type=model_type, hidden_size=config.hidden_size,
         num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
@@ -685,17 +715,10 @@ def write(model, directory, labels=None):
         encoder_stride=config.patch_size[0], pooler_output_size=config.representation_size or config.hidden_size,
         pooler_act="tanh", dtype="float32",
     )
-    if names:  # a model without a head has no labels (transformers writes none)
-        cfg.update(id2label={str(i): name for i, name in enumerate(names)},
-                   label2id={name: i for i, name in enumerate(names)})
     processor = dict(do_normalize=True, do_rescale=True, do_resize=True, image_mean=list(config.input_mean),
                      image_std=list(config.input_std), image_processor_type="ViTImageProcessor", resample=2,
                      rescale_factor=1 / 255, size=dict(zip(("height", "width"), config.image_size, strict=True)))
-    for name, data in (("config.json", cfg), ("preprocessor_config.json", processor)):
-        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-    return directory
+    return tensors, cfg, processor
 
 
 def _one_or_pair(pair):
@@ -703,29 +726,240 @@ def _one_or_pair(pair):
 
 
 def _check_writable(config, labels):
-    """Raises naming each field transformers' ViT / DeiT has no counterpart for."""
-    problems = [f"{name}={getattr(config, name)!r} (transformers: {value!r})" for name, value in (
-        ("classifier", "token"), ("class_token", True), ("num_register_tokens", 0),
-        ("position_embedding", "learned_1d"), ("no_embed_class", False), ("fc_norm", False),
-        ("resnet_num_layers", None), ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True),
-        ("norm_layer", "layer_norm"), ("qk_norm", False), ("gated_mlp", False), ("patch_norm", False),
-        ("projection_dim", None))
-        if getattr(config, name) != value]
-    if config.representation_size and config.classes:
-        problems.append(f"representation_size={config.representation_size} with a head (transformers has a "
-                        "pre_logits layer only as ViTModel's pooler, without a head)")
-    if config.distilled and config.representation_size:
-        problems.append("distilled=True with representation_size (DeiTModel's pooler is not written)")
-    if problems:
-        raise ValueError("transformers' ViT cannot represent this model: " + "; ".join(problems))
+    """Raises naming each field the transformers class the model is written as has no counterpart for."""
+    architecture, model_type, reason = _written_architecture(config)
+    if model_type in ("vit", "deit"):
+        problems = [f"{name}={getattr(config, name)!r} (transformers: {value!r})" for name, value in (
+            ("classifier", "token"), ("class_token", True), ("num_register_tokens", 0),
+            ("position_embedding", "learned_1d"), ("no_embed_class", False), ("fc_norm", False),
+            ("resnet_num_layers", None), ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True),
+            ("norm_layer", "layer_norm"), ("qk_norm", False), ("gated_mlp", False), ("patch_norm", False),
+            ("projection_dim", None))
+            if getattr(config, name) != value]
+        if config.representation_size and config.classes:
+            problems.append(f"representation_size={config.representation_size} with a head (transformers has a "
+                            "pre_logits layer only as ViTModel's pooler, without a head)")
+        if config.distilled and config.representation_size:
+            problems.append("distilled=True with representation_size (DeiTModel's pooler is not written)")
+        if problems:
+            raise ValueError("transformers' ViT cannot represent this model: " + "; ".join(problems))
+    else:
+        problems = _family_problems(config, architecture, model_type)
+        if problems:
+            raise ValueError(f"transformers' {architecture} (the class for {reason}) cannot represent this model: "
+                             + "; ".join(problems))
     if labels is not None and len(labels) != config.classes:
         raise ValueError(f"`labels` must name each of the {config.classes} classes; received {len(labels)} names")
 
 
 def _written_architecture(config):
+    """(model class, model_type, the field that chose it) a model is written as."""
+    if config.classifier == "map":
+        return "SiglipVisionModel", "siglip_vision_model", "classifier='map'"
+    if config.norm_pre:
+        return (("CLIPVisionModelWithProjection" if config.projection_dim else "CLIPVisionModel"), "clip_vision_model",
+                "norm_pre=True")
+    if config.num_register_tokens:
+        return (f"Dinov2WithRegisters{'ForImageClassification' if config.classes else 'Model'}",
+                "dinov2_with_registers", f"num_register_tokens={config.num_register_tokens}")
+    if config.layer_scale_init is not None or config.classifier == "token_and_gap":
+        reason = ("classifier='token_and_gap'" if config.layer_scale_init is None
+                  else f"layer_scale_init={config.layer_scale_init!r}")
+        return f"Dinov2{'ForImageClassification' if config.classes else 'Model'}", "dinov2", reason
     if config.distilled:
-        return ("DeiTForImageClassificationWithTeacher" if config.classes else "DeiTModel"), "deit"
-    return ("ViTForImageClassification" if config.classes else "ViTModel"), "vit"
+        return ("DeiTForImageClassificationWithTeacher" if config.classes else "DeiTModel"), "deit", "distilled=True"
+    return ("ViTForImageClassification" if config.classes else "ViTModel"), "vit", "a class-token ViT"
+
+
+# What each later family's classes build, as ViTConfig fields: (field, value, what transformers has).
+_COMMON_FIELDS = (
+    ("position_embedding", "learned_1d", "a learned table"), ("resnet_num_layers", None, "no ResNet stem"),
+    ("norm_layer", "layer_norm", "LayerNorm"), ("qk_norm", False, "no q/k norm"),
+    ("patch_norm", False, "no norm in the patch embedding"), ("distilled", False, "no distillation token"),
+    ("representation_size", None, "no pre_logits layer"),
+)
+_FAMILY_FIELDS = {
+    "dinov2": (
+        ("class_token", True, "a class token"), ("norm_pre", False, "no pre-norm"), ("fc_norm", False,
+                                                                                  "layernorm on the sequence"),
+        ("patch_bias", True, "a patch bias"), ("projection_dim", None, "no projection"),
+        ("no_embed_class", False, "a position row for the class token"), ("num_register_tokens", 0, "none")),
+    "dinov2_with_registers": (
+        ("class_token", True, "a class token"), ("norm_pre", False, "no pre-norm"), ("fc_norm", False,
+                                                                                  "layernorm on the sequence"),
+        ("patch_bias", True, "a patch bias"), ("projection_dim", None, "no projection"),
+        ("no_embed_class", True, "registers without positions, the class row folded into the class token")),
+    "clip_vision_model": (
+        ("class_token", True, "a class token"), ("classifier", "token", "the class token"),
+        ("patch_bias", False, "no patch bias"), ("fc_norm", True, "post_layernorm on the class token"),
+        ("classes", 0, "no head"), ("layer_scale_init", None, "no LayerScale"), ("gated_mlp", False, "fc1, fc2"),
+        ("qkv_bias", "all", "q, k, v biases"), ("no_embed_class", False, "a position row for the class token"),
+        ("num_register_tokens", 0, "none")),
+    "siglip_vision_model": (
+        ("class_token", False, "no class token"), ("patch_bias", True, "a patch bias"),
+        ("fc_norm", False, "post_layernorm on the sequence"), ("classes", 0, "no head"),
+        ("projection_dim", None, "no projection"), ("layer_scale_init", None, "no LayerScale"),
+        ("gated_mlp", False, "fc1, fc2"), ("qkv_bias", "all", "q, k, v biases"),
+        ("no_embed_class", False, "a position table of the patches"), ("num_register_tokens", 0, "none")),
+}
+
+
+def _family_problems(config, architecture, model_type):
+    problems = [f"{name}={getattr(config, name)!r} (transformers: {what})"
+                for name, value, what in _COMMON_FIELDS + _FAMILY_FIELDS[model_type] if getattr(config, name) != value]
+    for name in ("image_size", "patch_size"):
+        pair = getattr(config, name)
+        if pair[0] != pair[1]:
+            problems.append(f"{name}={pair} (transformers' {model_type} resizes a square grid: one {name})")
+    if model_type.startswith("dinov2"):
+        if config.layer_scale_init is None:
+            problems.append("layer_scale_init=None (transformers: LayerScale, layer_scale{1,2}.lambda1)")
+        if config.qkv_bias not in ("all", "none"):
+            problems.append(f"qkv_bias={config.qkv_bias!r} (transformers: qkv_bias True or False)")
+        if config.classes and config.classifier != "token_and_gap":
+            problems.append(f"classifier={config.classifier!r} with a head (transformers' {architecture} "
+                            "classifies concat(class token, patch mean): 'token_and_gap')")
+        if not config.classes and config.classifier != "token":
+            problems.append(f"classifier={config.classifier!r} without a head (transformers' {architecture} "
+                            "outputs the class token: 'token')")
+        if config.gated_mlp and config.activation != "silu":
+            problems.append(f"gated_mlp=True with activation={config.activation!r} (transformers' SwiGLU: 'silu')")
+        if _dinov2_mlp_ratio(config) is None:
+            problems.append(f"mlp_dim={config.mlp_dim} (transformers' {model_type} builds " + (
+                "(int(hidden_size * mlp_ratio * 2 / 3) + 7) // 8 * 8" if config.gated_mlp
+                else "hidden_size * mlp_ratio") + f" units, mlp_ratio an int; hidden_size={config.hidden_size} "
+                "gives none of that width)")
+    return problems
+
+
+def _dinov2_mlp_ratio(config):
+    """The int mlp_ratio (Dinov2Config types it int) from which transformers builds the model's MLP, or None."""
+    if not config.gated_mlp:
+        return config.mlp_dim // config.hidden_size if config.mlp_dim % config.hidden_size == 0 else None
+    for ratio in range(1, 2 * config.mlp_dim // config.hidden_size + 2):  # Dinov2SwiGLUFFN's hidden width
+        hidden = int(config.hidden_size * ratio)
+        if (int(hidden * 2 / 3) + 7) // 8 * 8 == config.mlp_dim:
+            return ratio
+    return None
+
+
+def _hidden_act(config):
+    """transformers' hidden_act of the model's activation: the inverse of ACTIVATIONS."""
+    if config.activation == "gelu":
+        return "gelu_pytorch_tanh" if config.gelu_approximate else "gelu"
+    return config.activation
+
+
+# The reader's transforms and their inverses (official array -> transformers tensor).
+_INVERSE_TRANSFORMS = {
+    _linear: lambda a: a.T,
+    _projection: lambda a: a.reshape(a.shape[0], -1).T,  # (D, heads, head_dim) -> (heads * head_dim, D)
+    _projection_bias: lambda a: a.reshape(-1),
+    _output: lambda a: a.reshape(-1, a.shape[-1]).T,  # (heads, head_dim, D) -> (D, heads * head_dim)
+    _conv: lambda a: a.transpose(3, 2, 0, 1),
+    _same: lambda a: a,
+    _token: lambda a: a.reshape(-1),
+    _table: lambda a: a[0],
+}
+
+
+def _inverse_rules(rules, choices):
+    """The reader's `(pattern, template, transform)` rules turned around: `(official-key regex, transformers name
+    template, inverse transform)`; `choices` picks the name of each `(?:a|b)` alternative the reader accepts."""
+    inverse = []
+    for pattern, template, transform in rules:
+        groups = re.findall(r"\((?!\?)([^()]*)\)", pattern)
+        parts = re.split(r"\\(\d)", template)
+        regex = "".join(re.escape(part) if i % 2 == 0 else f"(?P<g{part}>{groups[int(part) - 1]})"
+                        for i, part in enumerate(parts))
+        numbers = iter(range(1, len(groups) + 1))
+        name = re.sub(r"\((\?:)?([^()]*)\)", lambda m, numbers=numbers: choices[m.group(2)] if m.group(1)
+                      else f"\\g<g{next(numbers)}>", pattern).replace(r"\.", ".")
+        if re.search(r"[\\()|?*+\[\]]", re.sub(r"\\g<g\d>", "", name)):
+            raise AssertionError(f"the reader's rule {pattern!r} has no single name to write")
+        inverse.append((regex, name, _INVERSE_TRANSFORMS[transform]))
+    return inverse
+
+
+def _family_tensors(config, arrays, architecture, model_type):
+    """transformers' tensors of a DINOv2, CLIP or SigLIP model: the reader's names and transforms turned around."""
+    arrays = dict(arrays)
+    if model_type.startswith("dinov2"):
+        mlp = ("weights_in", "weights_out") if config.gated_mlp else ("fc1", "fc2")
+        rules, choices = _DINOV2_RULES, {"fc1|weights_in": mlp[0], "fc2|weights_out": mlp[1]}
+        prefix = "" if architecture.endswith("Model") else _PREFIXES[model_type]
+        unprefixed = ("classifier.weight", "classifier.bias")
+    elif model_type == "clip_vision_model":  # 5.24 writes CLIPVisionModel without vision_model., ...WithProjection with
+        rules, choices, unprefixed = _CLIP_RULES, {}, ("visual_projection.weight",)
+        prefix = "vision_model." if config.projection_dim else ""
+    else:
+        rules, choices, prefix, unprefixed = _SIGLIP_RULES, {}, "", ()
+    if model_type == "dinov2_with_registers":
+        # The reader folds the class row into the class token (cls + pos[0]); written back as that token and a zero
+        # row, which transformers adds as cls + 0 (exact) and never resizes, and which reads back to the same model.
+        table = arrays[_POSITIONS]
+        arrays[_POSITIONS] = np.concatenate([np.zeros_like(table[:, :1]), table], axis=1)
+    inverse = _inverse_rules(rules, choices)
+    tensors = {}
+    for key, value in arrays.items():
+        for regex, template, transform in inverse:
+            match = re.fullmatch(regex, key)
+            if match:
+                name = match.expand(template)
+                tensors[name if name in unprefixed else prefix + name] = np.ascontiguousarray(transform(value))
+                break
+        else:
+            raise ValueError(f"The weight {key!r} has no place in transformers' {architecture}")
+    if model_type == "siglip_vision_model":  # nn.MultiheadAttention's packed in_proj, rows [q; k; v]
+        for kind in ("weight", "bias"):
+            parts = [tensors.pop(f"head.attention.{part}.{kind}") for part in ("query", "key", "value")]
+            tensors[f"head.attention.in_proj_{kind}"] = np.concatenate(parts, axis=0)
+    if model_type.startswith("dinov2"):
+        # Masked-image modelling's input token: no part of inference, not held by keras_vit; transformers'
+        # initial value, so that from_pretrained finds every tensor it builds.
+        tensors[prefix + "embeddings.mask_token"] = np.zeros((1, config.hidden_size), np.float32)
+    return tensors
+
+
+def _family_config(config, architecture, model_type):
+    """config.json of a DINOv2, CLIP or SigLIP model (the fields its configuration class reads)."""
+    cfg = dict(architectures=[architecture], model_type=model_type, hidden_size=config.hidden_size,
+               num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
+               hidden_act=_hidden_act(config), layer_norm_eps=config.layer_norm_epsilon,
+               image_size=config.image_size[0], patch_size=config.patch_size[0], num_channels=config.channels,
+               dtype="float32")
+    if model_type.startswith("dinov2"):
+        cfg.update(initializer_range=0.02, mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.gated_mlp,
+                   qkv_bias=config.qkv_bias == "all", layerscale_value=float(config.layer_scale_init),
+                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+                   apply_layernorm=True, reshape_hidden_states=True)
+        if config.gated_mlp:  # Dinov2SwiGLUFFN computes SiLU whatever hidden_act says; transformers' default
+            cfg["hidden_act"] = "gelu"
+        if model_type == "dinov2":
+            cfg["use_mask_token"] = True
+        else:
+            cfg["num_register_tokens"] = config.num_register_tokens
+    else:
+        cfg.update(intermediate_size=config.mlp_dim, attention_dropout=0.0)
+        if model_type == "clip_vision_model":
+            cfg.update(projection_dim=config.projection_dim or 512, initializer_range=0.02, initializer_factor=1.0)
+        else:
+            cfg["vision_use_head"] = True
+    return cfg
+
+
+def _family_processor(config, model_type):
+    """preprocessor_config.json: BitImageProcessor (DINOv2), CLIPImageProcessor, SiglipImageProcessor, bicubic,
+    with the model's mean and std."""
+    side = config.image_size[0]
+    processor = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=True,
+                     image_mean=list(config.input_mean), image_std=list(config.input_std), resample=3,
+                     rescale_factor=1 / 255)
+    if model_type == "siglip_vision_model":
+        return dict(processor, image_processor_type="SiglipImageProcessor", size=dict(height=side, width=side))
+    return dict(processor, image_processor_type="CLIPImageProcessor" if model_type == "clip_vision_model"
+                else "BitImageProcessor", size=dict(shortest_edge=side), crop_size=dict(height=side, width=side),
+                do_center_crop=True)
 
 
 # official key -> transformers name (without the model prefix); `\1` is the block index.
