@@ -37,7 +37,8 @@ import keras_vit  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 # Official-format cases and what from_checkpoint needs beyond the file: every case but `bicubic`, whose
-# weights are `resize`'s byte for byte (the resize methods are tested on TensorFlow in test_checkpoints.py).
+# weights are `resize`'s byte for byte (the resize methods are tested on TensorFlow in
+# tests/checkpoints/test_official.py).
 OFFICIAL_CASES = {"token": {}, "gap": {}, "representation": {}, "rectangular": {"image_size": (32, 48)},
                   "hybrid": {}, "resize": {"image_size": 48}}
 # Official cases also loaded with scan_layers=True.

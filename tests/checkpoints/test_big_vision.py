@@ -15,8 +15,8 @@ from keras_vit import checkpoints
 from keras_vit.checkpoints import big_vision, official
 from keras_vit.checkpoints.resolve import checkpoint_format
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "timm_extra")
-OFFICIAL = os.path.join(os.path.dirname(__file__), "fixtures", "token.npz")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "timm_extra")
+OFFICIAL = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "token.npz")
 
 CASES = {  # case: (from_checkpoint overrides, ViTConfig fields read)
     "bv_map": ({}, dict(classifier="map", class_token=False, position_embedding="learned_1d")),

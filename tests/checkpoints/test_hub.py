@@ -21,7 +21,7 @@ from tests.processes import run_together, unreachable_network
 
 pytest.importorskip("huggingface_hub")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hf", "vit_classifier")
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -14,7 +14,7 @@ import keras_vit
 from keras_vit import checkpoints
 from tests.layer_checks import randomize_weights
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 CASES = json.loads((FIXTURES / "cases.json").read_text())["cases"]
 ATOL = 1e-4
 
@@ -411,7 +411,7 @@ def test_official_files_load_and_save_without_tensorflow(tmp_path):
 
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     result = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW, str(FIXTURES), str(tmp_path)], env=env,
-                            cwd=pathlib.Path(__file__).parent.parent, capture_output=True, text=True, timeout=300)
+                            cwd=pathlib.Path(__file__).parents[2], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["backend"] == "jax" and found["tensorflow"] == []

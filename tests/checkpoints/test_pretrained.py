@@ -21,8 +21,8 @@ from keras_vit.variants import decode_variant
 from tests.layer_checks import randomize_weights
 from tests.processes import unreachable_network
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-DOCS = pathlib.Path(__file__).parent.parent / "docs" / "PRETRAINED.md"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
+DOCS = pathlib.Path(__file__).parents[2] / "docs" / "PRETRAINED.md"
 
 
 def test_every_name_resolves_to_a_well_formed_official_url():

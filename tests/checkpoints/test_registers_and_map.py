@@ -13,7 +13,7 @@ import pytest
 import keras_vit
 from keras_vit import checkpoints
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "timm_extra")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "timm_extra")
 SMALL = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=32, classes=5)
 
 
@@ -108,7 +108,7 @@ def test_bad_register_configurations_are_refused():
         keras_vit.ViTConfig(num_register_tokens=-1)
     with pytest.raises(ValueError, match=r"distilled=True \(DeiT\) has no register tokens.*num_register_tokens=2"):
         keras_vit.ViTConfig(distilled=True, num_register_tokens=2)
-    with pytest.raises(ValueError, match=r"`classifier` must be one of \('token', 'gap', 'map'\)"):
+    with pytest.raises(ValueError, match=r"`classifier` must be one of \('token', 'gap', 'map', 'token_and_gap'\)"):
         keras_vit.ViTConfig(classifier="attention")
 
 

@@ -9,7 +9,7 @@ import keras_vit
 from keras_vit import checkpoints
 from keras_vit.checkpoints import pretrained, resolve_weights, weights_kind
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize("weights, kind", [

@@ -21,7 +21,7 @@ from keras_vit.checkpoints import timm
 from keras_vit.checkpoints.safetensors import read_safetensors
 from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "timm")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "timm")
 LOGIT_ATOL = 2e-5  # float32 Keras vs float32 PyTorch; seen: under 1e-6
 
 # case: (path under FIXTURES, the ViTConfig fields that make the case).

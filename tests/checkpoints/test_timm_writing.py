@@ -15,7 +15,7 @@ import keras_vit
 from keras_vit import checkpoints
 from keras_vit.checkpoints.safetensors import read_safetensors
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
 SMALL = dict(patch_size=8, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=32)
 
 
