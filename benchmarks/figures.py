@@ -47,7 +47,7 @@ DRIFT_RUNS_JAX = ("suite_cpu_jax_2026-11-22.json", "suite_cpu_jax_2026-11-25.jso
 
 _REGION = re.compile(r"^<!-- (/?)figures:([A-Za-z0-9_-]+) -->[ \t]*$", re.MULTILINE)
 _STRAY = re.compile(r"\b\d+\.\d+x\b|\b\d[\d,]*(?:\.\d+)? ?(?:ms|MB|GB|GFLOP/s|images/s|img/s)\b|\b\d+\.\d+%")
-# docs/PRETRAINED.md is written by keras_vit.checkpoints.pretrained.markdown_table (tests/test_pretrained.py
+# docs/PRETRAINED.md is written by keras_vit.checkpoints.pretrained.markdown_table (tests/checkpoints/test_pretrained.py
 # keeps it current).
 _NOT_OURS = ("docs/PRETRAINED.md",)
 
