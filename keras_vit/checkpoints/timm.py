@@ -5,18 +5,18 @@ timm (`timm/models/vision_transformer.py`, `deit.py`) saves a model as
 of `timm/...` repositories on the Hugging Face hub). `read` turns either that
 directory or a bare `.safetensors` file into a `ViTConfig` and arrays under
 the official google-research/vision_transformer `.npz` keys, which
-`keras_vit.checkpoints.loading` then loads like any official file. Two
-extension keys, `fc_norm/scale` and `fc_norm/bias`, carry timm's LayerNorm
-after pooling.
+`keras_vit.checkpoints.loading` then loads like any official file.
 
 The architecture comes from the files alone: `config.json` (its
-`architecture`, looked up in `ARCHITECTURES`, then `pretrained_cfg`, then
-`model_args`, the precedence timm's own loader applies), checked against the
-weight shapes; without `config.json`, from the shapes alone. What keras_vit
-cannot represent (layer scale, pre-norm, qk-norm, no qkv bias, ...) raises a
-ValueError naming the file, rather than being dropped. Register tokens
-(`reg_token`, extension key `reg`) and MAP pooling (`attn_pool`, big_vision's
-`MAPHead_0` keys) are read.
+`architecture`, looked up in `ARCHITECTURES`, `REGISTER_AND_MAP_ARCHITECTURES`
+or `FAMILY_ARCHITECTURES`, then `pretrained_cfg`, then `model_args`, the
+precedence timm's own loader applies), checked against the weight shapes;
+without `config.json`, from the shapes alone (a later family's bare file is
+refused: its numerics are in `config.json` only). Register tokens, MAP
+pooling, and the later families' LayerScale, pre-norm, q/k norm, RMSNorm,
+SwiGLU and patch norm are read under keras_vit's extension keys; what
+keras_vit cannot represent raises a ValueError naming the file, rather than
+being dropped.
 """
 
 import json
