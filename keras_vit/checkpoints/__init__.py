@@ -16,8 +16,8 @@ The modules:
 - `big_vision`: big_vision's `.npz` (top-level `pos_embedding`, its block
   names, scanned blocks, `MAPHead_0`), converted to official keys;
 - `hf_transformers`: Hugging Face `transformers` directories (`save_pretrained`):
-  ViT / DeiT read and written (`save_transformers`), DINOv2, CLIP and SigLIP
-  image towers read;
+  ViT, DeiT, DINOv2 and the CLIP and SigLIP image towers, read and written
+  (`save_transformers`);
 - `timm`: timm / Hugging Face `.safetensors` files and model directories,
   read and written (`save_timm`);
 - `safetensors`: the safetensors file format, read with numpy alone;
