@@ -19,8 +19,8 @@ from keras_vit.checkpoints import hf_transformers
 from keras_vit.checkpoints.resolve import checkpoint_format
 from keras_vit.checkpoints.safetensors import read_safetensors, write_safetensors
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "hf")
-TIMM_DIRECTORY = os.path.join(os.path.dirname(__file__), "fixtures", "timm", "augreg")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "hf")
+TIMM_DIRECTORY = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "timm", "augreg")
 
 CASES = {  # case: the ViTConfig fields it must give
     "vit_classifier": dict(classes=5, gelu_approximate=False, layer_norm_epsilon=1e-12,
