@@ -56,9 +56,16 @@ EXTRA_CASES = {
     "reg4_gap": ("timm_extra/reg4_gap", "timm_extra/reg4_gap_io.npz", "logits"),
     # transformers' CLIPVisionModelWithProjection: norm_pre, QuickGELU, fc_norm, projection, no patch bias.
     "hf_clip_projection": ("families/hf_clip_projection", "families/hf_clip_projection_io.npz", "image_embeds"),
-    # timm's AIMv2 (RMSNorm, patch norm, split SwiGLU, no biases) and DINOv2 giant (LayerScale, SwiGLUPacked).
+    # Every block of the later families once: timm's AIMv2 (RMSNorm, patch norm, split SwiGLU, no biases), DINOv2
+    # giant (LayerScale, SwiGLUPacked), DeiT III, CLIP with QuickGELU, q/k norm; transformers' DINOv2 with
+    # registers (class row folded, antialiased resize) and SigLIP (MAP head).
     "timm_aimv2": ("families/timm_aimv2", "families/timm_aimv2_io.npz", "outputs"),
     "timm_dinov2_swiglu": ("families/timm_dinov2_swiglu", "families/timm_dinov2_swiglu_io.npz", "outputs"),
+    "timm_deit3": ("families/timm_deit3", "families/timm_deit3_io.npz", "outputs"),
+    "timm_clip_quickgelu": ("families/timm_clip_quickgelu", "families/timm_clip_quickgelu_io.npz", "outputs"),
+    "timm_qk_norm": ("families/timm_qk_norm", "families/timm_qk_norm_io.npz", "outputs"),
+    "hf_dinov2_registers": ("families/hf_dinov2_registers", "families/hf_dinov2_registers_io.npz", "pooler_output"),
+    "hf_siglip_vision": ("families/hf_siglip_vision", "families/hf_siglip_vision_io.npz", "pooler_output"),
 }
 BACKENDS = ("tensorflow", "jax", "torch")
 # A tiny ViT for training and the `.keras` round trip; dropout and stochastic depth on, so a file must keep them
