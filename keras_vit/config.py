@@ -38,6 +38,9 @@ QKV_BIASES = ("all", "none", "qv")
 OFFICIAL_MEAN = OFFICIAL_STD = (0.5, 0.5, 0.5)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# OpenAI CLIP's (open_clip's OPENAI_DATASET_MEAN / STD), which CLIP's and AIMv2's files state.
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 # The roles of the fields.
 ARCHITECTURE = "architecture"  # the shapes of the weights

@@ -11,11 +11,7 @@ weights with their sources and licences.
 
 import dataclasses
 
-from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, ViTConfig
-
-# OpenAI CLIP's mean and std (open_clip's OPENAI_DATASET_MEAN / STD), which timm's CLIP and AIMv2 files state.
-OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)
-OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
+from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ViTConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +33,8 @@ _DINOV2 = dict(_TIMM_NUMERICS, layer_scale_init=1e-5, image_size=518, classes=0,
 _REGISTERS = dict(num_register_tokens=4, no_embed_class=True)
 _DEIT3 = dict(_TIMM_NUMERICS, layer_scale_init=1e-6, no_embed_class=True, input_mean=IMAGENET_MEAN,
               input_std=IMAGENET_STD)
-_CLIP = dict(_TIMM_NUMERICS, norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5, input_mean=OPENAI_MEAN,
-             input_std=OPENAI_STD)
+_CLIP = dict(_TIMM_NUMERICS, norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5, input_mean=OPENAI_CLIP_MEAN,
+             input_std=OPENAI_CLIP_STD)
 
 
 def _size(patch, width, mlp, heads, depth, **fields):

@@ -64,7 +64,7 @@ import re
 import numpy as np
 
 from keras_vit.checkpoints.safetensors import read_safetensors
-from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, ViTConfig
+from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ViTConfig
 
 DESCRIPTION = "a Hugging Face transformers ViT / DeiT / DINOv2 / CLIP / SigLIP directory (save_pretrained)"
 # model_type -> the model classes keras_vit reads of it.
@@ -91,8 +91,6 @@ ACTIVATIONS = {
 }
 _PREFIXES = {"vit": "vit.", "deit": "deit.", "dinov2": "dinov2.", "dinov2_with_registers": "dinov2_with_registers.",
              "clip_vision_model": "vision_model.", "siglip_vision_model": "vision_model."}
-OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 # Each family's config defaults (its transformers configuration class), for fields a config.json leaves out.
 _DEFAULTS = {
     "vit": dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12, num_hidden_layers=12,
