@@ -67,6 +67,9 @@ EXTRA_CASES = {
     "hf_dinov2_registers": ("families/hf_dinov2_registers", "families/hf_dinov2_registers_io.npz", "pooler_output"),
     "hf_siglip_vision": ("families/hf_siglip_vision", "families/hf_siglip_vision_io.npz", "pooler_output"),
 }
+# The dtype each family fixture was written in (tests/fixtures/families/cases.json).
+FAMILY_DTYPES = {case: facts.get("dtype") for case, facts in json.loads(
+    (FIXTURES / "families" / "cases.json").read_text())["cases"].items()}
 BACKENDS = ("tensorflow", "jax", "torch")
 # A tiny ViT for training and the `.keras` round trip; dropout and stochastic depth on, so a file must keep them
 # and inference must leave them out.
@@ -104,11 +107,16 @@ def timm_logits():
 
 
 def extra_logits():
-    """{case: output} of every EXTRA_CASES fixture (transformers, big_vision, registers, MAP)."""
+    """{case: output} of every EXTRA_CASES fixture (transformers, big_vision, registers, MAP), and
+    {"case@48": output} at 48 px of the later families' float32 files (16-bit ones: timm rounds its resized table)."""
     out = {}
-    for case, (path, io_name, _) in EXTRA_CASES.items():
+    for case, (path, io_name, key) in EXTRA_CASES.items():
         model = keras_vit.ViT.from_checkpoint(FIXTURES / path, classifier_activation=None)
-        out[case] = numpy(model(np.load(FIXTURES / io_name)["inputs"]))
+        io = np.load(FIXTURES / io_name)
+        out[case] = numpy(model(io["inputs"]))
+        if path.startswith("families/") and f"{key}_48" in io and FAMILY_DTYPES.get(path.split("/")[1]) == "float32":
+            bigger = keras_vit.ViT.from_checkpoint(FIXTURES / path, image_size=48, classifier_activation=None)
+            out[f"{case}@48"] = numpy(bigger(io["inputs_48"]))
     return out
 
 

@@ -114,6 +114,20 @@ def test_transformers_big_vision_register_and_map_fixtures_give_the_reference_ou
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_the_later_families_give_their_librarys_outputs_at_two_resolutions(results, backend):
+    """Issue 50's tolerance, 1e-5 at float32, at the files' 32 px and, for float32 files, at 48 px (resized by each
+    source library's rule)."""
+    out = on(results, backend)
+    families = {case: spec for case, spec in checks.EXTRA_CASES.items() if spec[0].startswith("families/")}
+    assert sum(f"extra:{case}@48" in out for case in families) >= 5
+    for case, (_, io_name, key) in families.items():
+        io = np.load(checks.FIXTURES / io_name)
+        np.testing.assert_allclose(out[f"extra:{case}"], io[key], rtol=0, atol=1e-5, err_msg=case)
+        if f"extra:{case}@48" in out:
+            np.testing.assert_allclose(out[f"extra:{case}@48"], io[f"{key}_48"], rtol=0, atol=1e-5, err_msg=case)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_fit_lowers_the_loss(results, backend):
     losses = on(results, backend)["losses"]
     assert np.isfinite(losses).all() and losses[-1] < 0.75 * losses[0], losses
