@@ -17,8 +17,9 @@ import tensorflow as tf
 
 from trainers import loop, train
 
-TINY = dict(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16, train_steps=40,
-            checkpoint_every=10, steps_per_execution=5, warmup_steps=5)
+# Four chunks of 5 steps (four epoch_loss points) for DeiT and MPP; evaluations only at the end.
+TINY = dict(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16, train_steps=20,
+            checkpoint_every=5, steps_per_execution=5, warmup_steps=5)
 DIGITS = dict(dataset="keras_vit_digits", eval_split="test", patch_size=2, image_size=8, train_crop="resize",
               flip=False, eval_crop_fraction=1.0, mixed_precision="float32", optimizer="adamw", learning_rate=2e-3)
 
@@ -33,10 +34,11 @@ def main(out, data_dir):
     teacher.save(out / "teacher.keras")
     deit = train.resolve_recipe("digits", {**TINY, "classifier": "token", "distilled": True, "distillation": "hard",
                                            "teacher": str(out / "teacher.keras")})
-    loop.train(deit, out / "deit", strategy, "cpu", data_dir)
+    loop.train(deit, out / "deit", strategy, "cpu", data_dir, eval_every=0)
     mpp = train.resolve_recipe("mpp_pretrain", {**TINY, **DIGITS, "classifier": "gap", "learning_rate": 5e-3})
-    loop.train(mpp, out / "mpp", strategy, "cpu", data_dir)
-    finetune = train.resolve_recipe("digits", {**TINY, "train_steps": 10, "pretrained": str(out / "mpp" / "model.npz")})
+    loop.train(mpp, out / "mpp", strategy, "cpu", data_dir, eval_every=0)
+    finetune = train.resolve_recipe("digits", {**TINY, "train_steps": 10, "checkpoint_every": 10,
+                                               "pretrained": str(out / "mpp" / "model.npz")})
     loop.train(finetune, out / "finetune", tf.distribute.get_strategy(), "cpu", data_dir)
     (out / "replicas.txt").write_text(str(strategy.num_replicas_in_sync))
 
