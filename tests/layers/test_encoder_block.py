@@ -178,6 +178,6 @@ def test_layer_configs_of_older_files_keep_their_activation():
             assert (layer.activation, layer.gelu_approximate) == ("gelu", approximate)
     quick = EncoderBlock(2, 16, gelu_approximate=True, activation="quick_gelu")
     assert quick.gelu_approximate is quick.mlp.gelu_approximate is False  # QuickGELU has no GELU form
-    with pytest.raises(ValueError, match=r"`activation` must be one of \('gelu', 'quick_gelu'\); received "
+    with pytest.raises(ValueError, match=r"`activation` must be one of \('gelu', 'quick_gelu', 'silu'\); received "
                                          r"activation='relu'"):
         Mlp(16, activation="relu")
