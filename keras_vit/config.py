@@ -300,6 +300,18 @@ def differing_conventions(config, other):
     return [name for name in CONVENTION_FIELDS if not same(getattr(config, name), getattr(other, name))]
 
 
+def field_problems(values, channels=3):
+    """The message of each field of `values` (`{name: value}`) that its own check refuses, each judged alone, so a
+    command line hears of every bad field at once; combinations are `ViTConfig`'s to judge."""
+    problems = []
+    for name, value in values.items():
+        try:
+            _checked(FIELDS[name], value, channels)
+        except (TypeError, ValueError) as error:
+            problems.append(str(error))
+    return problems
+
+
 def _checked(field, value, channels):
     """`value` of `field` as ViTConfig holds it, checked against the field's type and metadata."""
     name, meta = field.name, field.metadata

@@ -99,6 +99,10 @@ def _with_overrides(recipe, overrides, problems):
     if unknown:
         problems.append(f"Unknown recipe fields {unknown}; known: {sorted(known)}")
     given = {field: value for field, value in overrides.items() if field not in unknown}
+    alone = vit_config.field_problems({f: v for f, v in given.items() if f in MODEL_FIELDS}, recipe.model.channels)
+    if alone:  # each bad field named; together they would stop at the first
+        problems.extend(alone)
+        given = {field: value for field, value in given.items() if field in recipes.FIELDS}
     try:
         together = recipe.replace(**given)
     except ValueError as error:  # the model's fields, judged together by ViTConfig

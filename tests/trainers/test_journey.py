@@ -146,6 +146,15 @@ def test_a_class_without_training_images_is_refused(tmp_path):
         plan.plan("digits", {"dataset": f"folder:{images}", "batch_size": 2, "image_size": 8})
 
 
+def test_each_bad_model_field_is_named_not_only_the_first():
+    """ViTConfig stops at its first bad field; the plan judges each model field alone first, so all are named."""
+    with pytest.raises(plan.Problems) as refused:
+        plan.plan("digits", {"norm_layer": "rmsnorm", "activation": "relu", "qkv_bias": True})
+    named = str(refused.value)
+    for field in ("norm_layer='rmsnorm'", "activation='relu'", "qkv_bias=True"):
+        assert field in named, named
+
+
 def test_every_problem_of_a_command_line_is_named_at_once_before_tensorflow(tmp_path):
     images = make_folder(tmp_path / "pets", per_class=3)
     probe = ("import sys; from absl import flags; from trainers import train; flags.FLAGS(sys.argv); "
