@@ -24,6 +24,8 @@ from keras_vit.checks import check_bool, check_choice, check_count, check_float,
 # token_and_gap: DINOv2's classifier input, concat(class token, mean of the patch tokens).
 CLASSIFIERS = ("token", "gap", "map", "token_and_gap")
 POSITION_EMBEDDINGS = ("learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d", "none")
+# Rotary position embeddings (keras_vit/positions/rotary.py), turning queries and keys in every block.
+ROTARY_EMBEDDINGS = ("rope_axial", "rope_mixed", "rope_eva", "rope_dinov3")
 INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_no_antialias")
 # The MLP's activation: GELU (in the form `gelu_approximate` says), CLIP's QuickGELU, x * sigmoid(1.702 x), or
 # SiLU, x * sigmoid(x) (SwiGLU's gate, with gated_mlp).
@@ -108,6 +110,18 @@ class ViTConfig:
                                      + ".", choices=POSITION_EMBEDDINGS)
     no_embed_class: bool = _field(False, CONVENTION, "timm's `no_embed_class`: the learned_1d table covers the "
                                   "patches only and the class token gets no position.")
+    rotary_embedding: str = _field(None, CONVENTION, "Rotary positions on each block's queries and keys, beside "
+                                   "position_embedding or alone: 'rope_axial' (RoPE-ViT: patch indices), "
+                                   "'rope_mixed' (RoPE-Mixed: learned frequencies per head and block), 'rope_eva' "
+                                   "(EVA02: indices rescaled onto rope_reference_grid) or 'rope_dinov3' (patch "
+                                   "centres in (-1, 1)); prefix tokens are left unturned.", choices=ROTARY_EMBEDDINGS,
+                                   optional=True)
+    rope_theta: float = _field(None, CONVENTION, "The rotary frequencies' base (None: the kind's own, 100 for "
+                               "rope_axial and rope_dinov3, 10000 for rope_eva, 10 for rope_mixed's initial ones).",
+                               low=1.0, low_open=True, optional=True)
+    rope_reference_grid: tuple = _field(None, CONVENTION, "rope_eva's grid (rows, cols) every grid's indices are "
+                                        "rescaled onto (EVA02's 16 x 16 pretraining grid); None: the grid at "
+                                        "image_size, fixed when the config is made.", form=PAIR, optional=True)
     interpolation: str = _field("bilinear", RESOLUTION, "How position tables are resampled to another grid: "
                                 "'bilinear' (corner-aligned, official), 'bicubic' (timm's, antialiased) or "
                                 "'bicubic_no_antialias' (transformers').", choices=INTERPOLATIONS)
@@ -138,6 +152,10 @@ class ViTConfig:
                              "activation='silu': DINOv2 giant, AIMv2).")
     qkv_bias: str = _field("all", ARCHITECTURE, "Which attention projections have a bias: 'all' (official), 'none', "
                            "or 'qv' (EVA/BEiT: query and value; the key's is a fixed zero).", choices=QKV_BIASES)
+    attention_norm: bool = _field(False, ARCHITECTURE, "A norm on the attention's heads, concatenated, before its "
+                                  "output projection (timm's scale_attn_inner; EVA02-CLIP).")
+    mlp_norm: bool = _field(False, ARCHITECTURE, "A norm on the MLP's hidden units before its second projection "
+                            "(timm's scale_mlp, EVA02's sub-LN).")
     qk_norm: bool = _field(False, ARCHITECTURE, "A norm on each head's queries and keys before their dot products "
                            "(timm's qk_norm), one per projection, shared by the heads.")
     layer_scale_init: float = _field(None, ARCHITECTURE, "LayerScale (timm's init_values; DeiT III, DINOv2): each "
@@ -182,6 +200,8 @@ class ViTConfig:
             object.__setattr__(self, "class_token", self.classifier in TOKEN_CLASSIFIERS)
         for field in dataclasses.fields(self):
             object.__setattr__(self, field.name, _checked(field, getattr(self, field.name), self.channels))
+        if self.rotary_embedding == "rope_eva" and self.rope_reference_grid is None:  # as image_size changes, kept
+            object.__setattr__(self, "rope_reference_grid", self.grid_size)
         if self.activation != "gelu":  # one config per function: a QuickGELU or SiLU model's configs compare equal
             object.__setattr__(self, "gelu_approximate", False)
         self._check_combinations()
@@ -208,6 +228,20 @@ class ViTConfig:
         if self.no_embed_class and self.position_embedding != "learned_1d":
             raise ValueError("`no_embed_class` is a property of learned_1d tables; received "
                              f"position_embedding={self.position_embedding!r}")
+        if self.rotary_embedding is None and (self.rope_theta, self.rope_reference_grid) != (None, None):
+            raise ValueError("rope_theta and rope_reference_grid set rotary positions; received rotary_embedding="
+                             f"None with rope_theta={self.rope_theta}, rope_reference_grid={self.rope_reference_grid}")
+        if self.rotary_embedding is not None:
+            if (self.hidden_size // self.num_heads) % 4:
+                raise ValueError(f"rotary_embedding={self.rotary_embedding!r} turns head_dim / 4 channel pairs per "
+                                 "axis: hidden_size / num_heads must be a multiple of 4; received hidden_size="
+                                 f"{self.hidden_size}, num_heads={self.num_heads}")
+            if self.position_embedding in ("relative", "relative_2d"):
+                raise ValueError("rotary positions go with an absolute table or none; received position_embedding="
+                                 f"{self.position_embedding!r} and rotary_embedding={self.rotary_embedding!r}")
+            if self.rope_reference_grid is not None and self.rotary_embedding != "rope_eva":
+                raise ValueError("rope_reference_grid is rope_eva's; received rotary_embedding="
+                                 f"{self.rotary_embedding!r} with rope_reference_grid={self.rope_reference_grid}")
         if self.dynamic_image_size and self.position_embedding == "relative_2d":
             raise ValueError("position_embedding='relative_2d' needs a fixed grid; received dynamic_image_size=True. "
                              "Use 'relative' or build one model per resolution.")

@@ -244,8 +244,18 @@ def image_input(config, input_tensor=None):
 
 
 def _embed(config, images):
-    """Images to the token sequence: [stem], patches, [class token], positions, dropout."""
-    return token_sequence(config, patch_grid(config, images))
+    """Images to the token sequence: [stem], patches, [class token], positions, dropout; and the tokens' rotary
+    coordinates where a `dynamic_image_size` grid sets them at run time (else None)."""
+    patches = patch_grid(config, images)
+    return token_sequence(config, patches), rotary_coordinates(config, patches)
+
+
+def rotary_coordinates(config, patches):
+    """The tokens' rotary coordinates for the run-time grid of `patches`; None where `grid_size` sets them."""
+    if config.rotary_embedding is None or not config.dynamic_image_size:
+        return None
+    return vit_layers.RotaryCoordinates(config.rotary_embedding, config.num_prefix_tokens,
+                                        config.rope_reference_grid, name="rotary_coordinates")(patches)
 
 
 def patch_grid(config, images):
@@ -291,8 +301,9 @@ def _prefix_tokens(config, patches):
     return keras.layers.Concatenate(axis=1, name="prefix_tokens")(prefix)
 
 
-def encode(config, tokens):
-    """[norm "norm_pre"], then the encoder blocks, unrolled or as one `ScannedEncoder`."""
+def encode(config, tokens, coordinates=None):
+    """[norm "norm_pre"], then the encoder blocks, unrolled or as one `ScannedEncoder` (given the tokens' rotary
+    `coordinates` for a run-time grid)."""
     if config.norm_pre:  # after the positions and their dropout, as timm's norm_pre and CLIP's ln_pre
         tokens = norm(config.norm_layer, config.layer_norm_epsilon, "norm_pre")(tokens)
     relative = config.position_embedding if positions.get(config.position_embedding).biases_attention else None
@@ -309,18 +320,25 @@ def encode(config, tokens):
         qk_norm=config.qk_norm,
         norm_layer=config.norm_layer,
         gated_mlp=config.gated_mlp,
+        attention_norm=config.attention_norm,
+        mlp_norm=config.mlp_norm,
+        rotary_embedding=config.rotary_embedding,
+        rope_theta=config.rope_theta,
+        rope_reference_grid=config.rope_reference_grid,
         relative_position=relative,
-        grid_size=config.grid_size if relative else None,
+        grid_size=config.grid_size if relative or config.rotary_embedding else None,
         num_prefix_tokens=config.num_prefix_tokens,
         interpolation=config.interpolation,
         remat=config.remat,
     )
     if config.scan_layers:
         block_config["drop_path_rate"] = config.drop_path_rate  # the last block's: each block gets its linear_rate
-        return vit_layers.ScannedEncoder(config.num_layers, block_config, name="encoder")(tokens)
+        return vit_layers.ScannedEncoder(config.num_layers, block_config, name="encoder")(
+            tokens, coordinates=coordinates)
     for i in range(config.num_layers):
         rate = linear_rate(config.drop_path_rate, i, config.num_layers)
-        tokens = vit_layers.EncoderBlock(**block_config, drop_path_rate=rate, name=block_name(i))(tokens)
+        tokens = vit_layers.EncoderBlock(**block_config, drop_path_rate=rate, name=block_name(i))(
+            tokens, coordinates=coordinates)
     return tokens
 
 
@@ -437,7 +455,7 @@ def ViT(
     if not include_top:
         config = config.replace(classes=0)
     inputs, images = image_input(config, input_tensor)
-    tokens = encode(config, _embed(config, images))
+    tokens = encode(config, *_embed(config, images))
     outputs = _pool(config, tokens, None if include_top else pooling)
     if include_top:
         outputs = _head(config, outputs, classifier_activation)

@@ -62,7 +62,8 @@ def mpp_network(config, input_shape=None, seed=None, name="vit_mpp"):
                          f"received resnet_num_layers={config.resnet_num_layers}: use a plain ViT")
     inputs, images = vit_model.image_input(config)
     corrupted, chosen = PatchCorruption(seed=seed, name="patch_corruption")(vit_model.patch_grid(config, images))
-    tokens = vit_model.encode(config, vit_model.token_sequence(config, corrupted))
+    tokens = vit_model.encode(config, vit_model.token_sequence(config, corrupted),
+                              vit_model.rotary_coordinates(config, corrupted))
     norm_name = "mpp_norm" if config.fc_norm else "encoder_norm"  # with fc_norm the ViT norms after pooling
     tokens = keras.layers.LayerNormalization(epsilon=config.layer_norm_epsilon, name=norm_name)(tokens)
     patch_tokens = tokens[:, config.num_prefix_tokens:]

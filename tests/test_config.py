@@ -40,11 +40,12 @@ def test_a_config_is_built_and_checked_without_a_framework():
 def test_the_role_tuples_are_the_fields_of_each_role():
     assert set(vit_config.CONVENTION_FIELDS) == {
         "classifier", "class_token", "distilled", "no_embed_class", "position_embedding", "gelu_approximate",
-        "activation", "fc_norm", "layer_norm_epsilon", "input_mean", "input_std"}
+        "activation", "fc_norm", "layer_norm_epsilon", "input_mean", "input_std", "rotary_embedding", "rope_theta",
+        "rope_reference_grid"}
     assert set(vit_config.DATA_FIELDS) == {"classes", "channels"}
     assert set(vit_config.TRAINING_FIELDS) == {
         "dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat"}
-    assert vit_config.PAIRS == ("patch_size", "image_size")
+    assert vit_config.PAIRS == ("patch_size", "image_size", "rope_reference_grid")
     assert vit_config.PER_CHANNEL == ("input_mean", "input_std")
     assert {"hidden_size", "mlp_dim", "num_heads", "num_layers", "patch_size", "qkv_bias", "layer_scale_init",
             "patch_bias", "norm_pre"} <= {

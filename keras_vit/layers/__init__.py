@@ -13,4 +13,5 @@ from keras_vit.layers.pooling import SequencePooling
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet_stem import ResidualUnit, ResNetStem, StdConv2D
+from keras_vit.layers.rotary_coordinates import RotaryCoordinates
 from keras_vit.layers.scanned_encoder import ScannedEncoder

@@ -14,7 +14,10 @@ its resize; this layer holds the tables.
 
 With `qk_norm`, each head's queries and keys are normalised over their
 `head_dim` channels before the scaling and the dot products (timm's
-`q_norm` / `k_norm`: one norm per projection, shared by the heads).
+`q_norm` / `k_norm`: one norm per projection, shared by the heads). Rotary
+positions (`rotary_embedding`, `keras_vit.positions.rotary`) then turn them
+by their tokens' places; `attention_norm` normalises the heads' outputs,
+concatenated, before the output projection (EVA02-CLIP).
 """
 
 import math
@@ -27,6 +30,7 @@ from keras_vit import positions
 from keras_vit.checks import check_choice, check_count, to_pair
 from keras_vit.config import NORM_LAYERS, QKV_BIASES
 from keras_vit.layers.norms import norm
+from keras_vit.positions import rotary
 from keras_vit.positions.relative_2d import relative_2d_index  # noqa: F401 (its home before the registry)
 from keras_vit.resize import INTERPOLATIONS
 
@@ -94,6 +98,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         norm_layer: `"layer_norm"` or `"rms_norm"`: the kind of the q/k
             norms. Defaults to `"layer_norm"`.
         layer_norm_epsilon: float. The q/k norms' epsilon. Defaults to 1e-6.
+        rotary_embedding: None, or a kind of `keras_vit.positions.rotary`
+            (`"rope_axial"`, `"rope_mixed"`, `"rope_eva"`, `"rope_dinov3"`):
+            queries and keys turned by their tokens' grid places, the first
+            `num_prefix_tokens` left as they are; needs `grid_size`, the
+            grid when the call passes no `coordinates`. Defaults to None.
+        rope_theta: None (the kind's), or the frequencies' base.
+        rope_reference_grid: `"rope_eva"`'s (rows, cols) reference grid.
+        attention_norm: bool. A norm (of `norm_layer`) on the heads'
+            outputs, concatenated, before the output projection. Defaults
+            to False.
 
     Call arguments:
         inputs: `(batch, tokens, width)`.
@@ -103,6 +117,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         query_tokens: None, or k: only the first k tokens ask (attend over
             every token); the output then has k tokens. Not with relative
             positions, whose logits are made for a square of tokens.
+        coordinates: None, or the tokens' `(tokens, 2)` rotary coordinates
+            (`keras_vit.positions.rotary.coordinates`) for a grid known only
+            at run time; None: those of `grid_size`.
 
     Returns:
         `(batch, tokens, width)`, and the weights if asked for.
@@ -125,6 +142,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qk_norm=False,
         norm_layer="layer_norm",
         layer_norm_epsilon=1e-6,
+        rotary_embedding=None,
+        rope_theta=None,
+        rope_reference_grid=None,
+        attention_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -142,10 +163,21 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.relative_position = check_choice(
             relative_position, RELATIVE_POSITIONS, "relative_position"
         )
-        if relative_position and grid_size is None:
-            raise ValueError(
-                f"relative_position={relative_position!r} needs `grid_size`; received grid_size=None"
-            )
+        self.rotary_embedding = check_choice(rotary_embedding, (None, *rotary.NAMES), "rotary_embedding")
+        self.rope_theta = None if rope_theta is None else float(rope_theta)
+        self.rope_reference_grid = None if rope_reference_grid is None else to_pair(rope_reference_grid,
+                                                                                     "rope_reference_grid")
+        if self.rotary_embedding and relative_position:
+            raise ValueError(f"rotary_embedding={rotary_embedding!r} and relative_position={relative_position!r} "
+                             "are two position rules for one attention: give one")
+        if self.rotary_embedding == "rope_eva" and self.rope_reference_grid is None:
+            raise ValueError("rotary_embedding='rope_eva' needs `rope_reference_grid`; received None")
+        for rule in (relative_position, self.rotary_embedding):
+            if rule and grid_size is None:
+                raise ValueError(f"{rule!r} needs `grid_size`; received grid_size=None")
+        self.attention_norm = bool(attention_norm)
+        self.output_norm = (norm(norm_layer, self.layer_norm_epsilon, "output_norm", self.dtype_policy)
+                            if self.attention_norm else None)
         self.grid_size = None if grid_size is None else to_pair(grid_size, "grid_size")
         # The relative kind's tables, logits and resize (keras_vit.positions); "none" without.
         self.position = positions.get(relative_position or "none")
@@ -188,6 +220,19 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if self.qk_norm:
             for layer in (self.query_norm, self.key_norm):
                 layer.build((None, None, self.num_heads, head_dim))
+        if self.attention_norm:
+            self.output_norm.build((None, None, width))
+        if self.rotary_embedding:
+            rotary.check_head_dim(self.rotary_embedding, head_dim)
+        if self.rotary_embedding == "rope_mixed":
+            theta = rotary.THETAS["rope_mixed"] if self.rope_theta is None else self.rope_theta
+            seed = np.random.randint(2**31)  # keras.utils.set_random_seed seeds it
+
+            def frequencies(shape, dtype=None):
+                return ops.cast(rotary.initial_frequencies(self.num_heads, head_dim, theta, seed), dtype)
+
+            self.rope_frequencies = self.add_weight(name=rotary.FREQUENCIES, shape=(2, self.num_heads, head_dim // 2),
+                                                    initializer=frequencies)
         shapes = self.position.weight_shapes(width, self.grid_size, self.num_prefix_tokens, self.num_heads)
         for name, shape in shapes.items():  # self.relative_embedding, ...: N(0, 0.02), as the official position table
             setattr(self, name, self.add_weight(
@@ -213,7 +258,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             tables, to_pair(grid_size, "grid_size"), self.num_prefix_tokens, self.interpolation, self.grid_size
         )
 
-    def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None):
+    def rotary_tables(self, coordinates=None, dtype="float32"):
+        """`(cos, sin)` of each token's pair angles, `(tokens, 1 or heads, head_dim / 2)`, for `coordinates`
+        (None: `grid_size`'s, computed in float64 and constant when the frequencies are fixed)."""
+        head_dim = self.query_kernel.shape[-1]
+        if coordinates is None:
+            coordinates = rotary.coordinates(self.rotary_embedding, self.grid_size, self.num_prefix_tokens,
+                                             self.rope_reference_grid)
+        if self.rotary_embedding == "rope_mixed":
+            frequencies = ops.cast(self.rope_frequencies, "float32")
+            angles = rotary.angles(ops.cast(coordinates, "float32"), frequencies)
+        else:
+            frequencies = rotary.frequencies(self.rotary_embedding, head_dim, self.rope_theta)
+            if isinstance(coordinates, np.ndarray):
+                angles = (coordinates @ frequencies)[:, None, :]
+                return ops.cast(np.cos(angles), dtype), ops.cast(np.sin(angles), dtype)
+            angles = rotary.angles(coordinates, ops.cast(frequencies, "float32"))
+        return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
+
+    def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None, coordinates=None):
         def project(name, tokens):
             projected = ops.einsum("btd,dhk->bthk", tokens, getattr(self, f"{name}_kernel"))
             if name in self._biased:
@@ -228,13 +291,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         asking = inputs if query_tokens is None else inputs[:, :query_tokens]
         query = project("query", asking) / ops.cast(math.sqrt(head_dim), inputs.dtype)
         key, value = project("key", inputs), project("value", inputs)
+        if self.rotary_embedding:
+            cos, sin = self.rotary_tables(coordinates, query.dtype)
+            asked = query.shape[1] if query_tokens is None else query_tokens
+            query = rotary.rotate(self.rotary_embedding, query, cos[:asked] if query_tokens else cos,
+                                  sin[:asked] if query_tokens else sin)
+            key = rotary.rotate(self.rotary_embedding, key, cos, sin)
         fused = None
         weights_needed = training and self.attention_dropout_rate  # dropout on them
         # cuDNN's padded path takes as many queries as keys: a subset of queries runs unfused.
         if not (return_attention_scores or self.position.biases_attention or weights_needed or query_tokens):
             fused = cudnn_attention(query, key, value)
         attended, weights = (fused, None) if fused is not None else self._attend(query, key, value, training)
-        outputs = ops.einsum("bqhd,hdo->bqo", attended, self.output_kernel) + self.output_bias
+        if self.attention_norm:  # over the heads concatenated: (batch, tokens, heads * head_dim), then one matmul
+            tokens = attended.shape[1] if attended.shape[1] is not None else ops.shape(attended)[1]
+            heads, head_dim = self.output_kernel.shape[:2]
+            merged = self.output_norm(ops.reshape(attended, (-1, tokens, heads * head_dim)))
+            outputs = ops.matmul(merged, ops.reshape(self.output_kernel, (heads * head_dim, -1))) + self.output_bias
+        else:
+            outputs = ops.einsum("bqhd,hdo->bqo", attended, self.output_kernel) + self.output_bias
         return (outputs, weights) if return_attention_scores else outputs
 
     def _attend(self, query, key, value, training):
@@ -263,4 +338,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "qk_norm": self.qk_norm,
             "norm_layer": self.norm_layer,
             "layer_norm_epsilon": self.layer_norm_epsilon,
+            "rotary_embedding": self.rotary_embedding,
+            "rope_theta": self.rope_theta,
+            "rope_reference_grid": self.rope_reference_grid,
+            "attention_norm": self.attention_norm,
         }

@@ -11,14 +11,16 @@ With `layer_scale_init`, each branch is multiplied by a learned per-channel
 scale before the stochastic depth (timm's `ls1` / `ls2`, DeiT III, DINOv2).
 The norms may be RMSNorms (`norm_layer`), the MLP gated (SwiGLU: `gated_mlp`
 with `activation="silu"`), and attention may normalise queries and keys
-(`qk_norm`).
+(`qk_norm`), turn them by rotary positions (`rotary_embedding`) and
+normalise its output (`attention_norm`); the MLP may normalise its hidden
+units (`mlp_norm`, EVA02's sub-LN).
 """
 
 import keras
 from keras import ops
 
 from keras_vit.checks import check_choice, check_count
-from keras_vit.config import ACTIVATIONS
+from keras_vit.config import ACTIVATIONS, NORM_LAYERS
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.gradient_boundary import gradient_boundary
@@ -70,14 +72,23 @@ class Mlp(keras.layers.Layer):
             which holds `gelu_approximate` False) or `"silu"`. Defaults to
             `"gelu"`.
         gated: bool. A gated MLP (see above). Defaults to False.
+        hidden_norm: None, or `"layer_norm"` / `"rms_norm"`: a norm `norm` on
+            the hidden units, after the activation and its dropout, before
+            `dense_2` (timm's `scale_mlp`). Defaults to None.
+        layer_norm_epsilon: float. That norm's epsilon. Defaults to 1e-6.
 
     Example:
     >>> tuple(Mlp(mlp_dim=32)(np.zeros((2, 5, 8))).shape)
     (2, 5, 8)
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", gated=False, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, activation="gelu", gated=False,
+                 hidden_norm=None, layer_norm_epsilon=1e-6, **kwargs):
         super().__init__(**kwargs)
+        self.hidden_norm = None if hidden_norm is None else check_choice(hidden_norm, NORM_LAYERS, "hidden_norm")
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.norm = None if hidden_norm is None else norm(hidden_norm, self.layer_norm_epsilon, "norm",
+                                                          self.dtype_policy)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.activation, self.gelu_approximate = resolve_activation(activation, gelu_approximate)
@@ -100,6 +111,8 @@ class Mlp(keras.layers.Layer):
         # The output width is the input's, only known here.
         self.dense_2 = self._dense(input_shape[-1], "dense_2")
         self.dense_2.build((*input_shape[:-1], self.mlp_dim))
+        if self.norm is not None:
+            self.norm.build((None, self.mlp_dim))
 
     def call(self, inputs, training=None):
         # The tokens as the rows of 2-D matmuls with BiasAdd (`_affine`): TensorFlow's graph optimizer
@@ -113,12 +126,15 @@ class Mlp(keras.layers.Layer):
         else:
             hidden = activate(hidden, self.activation, self.gelu_approximate)
         hidden = self.dropout(hidden, training=training)
+        if self.norm is not None:
+            hidden = self.norm(hidden)
         outputs = ops.reshape(_affine(self.dense_2, hidden), ops.shape(inputs))
         return self.dropout(outputs, training=training)
 
     def get_config(self):
         return {**super().get_config(), "mlp_dim": self.mlp_dim, "dropout_rate": self.dropout_rate,
-                "gelu_approximate": self.gelu_approximate, "activation": self.activation, "gated": self.gated}
+                "gelu_approximate": self.gelu_approximate, "activation": self.activation, "gated": self.gated,
+                "hidden_norm": self.hidden_norm, "layer_norm_epsilon": self.layer_norm_epsilon}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -148,8 +164,11 @@ class EncoderBlock(keras.layers.Layer):
             (`layer_scale_1`) and after the MLP (`layer_scale_2`), each
             `gamma` starting at this value (timm's `init_values`).
             Defaults to None (none).
-        relative_position, grid_size, num_prefix_tokens, interpolation:
-            passed to `MultiHeadSelfAttention`.
+        relative_position, grid_size, num_prefix_tokens, interpolation,
+            rotary_embedding, rope_theta, rope_reference_grid,
+            attention_norm: passed to `MultiHeadSelfAttention`.
+        mlp_norm: bool. A norm on the MLP's hidden units (`Mlp`'s
+            `hidden_norm`). Defaults to False.
         remat: bool. In training, recompute the block in the backward pass
             instead of keeping its activations (`keras.remat`); the
             recomputation draws the forward's dropout masks. Defaults to False.
@@ -164,6 +183,8 @@ class EncoderBlock(keras.layers.Layer):
         return_attention_scores: bool. Also return the attention weights.
         drop_path_rate: None, or this call's stochastic depth (a float or
             a scalar tensor) in place of the layer's.
+        coordinates: None, or the tokens' rotary coordinates, passed to
+            `MultiHeadSelfAttention` (a `dynamic_image_size` model's grid).
 
     Returns:
         `(batch, tokens, width)` (`output_tokens` tokens when set), and the
@@ -195,6 +216,11 @@ class EncoderBlock(keras.layers.Layer):
         qk_norm=False,
         norm_layer="layer_norm",
         gated_mlp=False,
+        rotary_embedding=None,
+        rope_theta=None,
+        rope_reference_grid=None,
+        attention_norm=False,
+        mlp_norm=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -217,6 +243,9 @@ class EncoderBlock(keras.layers.Layer):
         self.grid_size = grid_size
         self.num_prefix_tokens = num_prefix_tokens
         self.interpolation = interpolation
+        self.rotary_embedding, self.rope_theta = rotary_embedding, rope_theta
+        self.rope_reference_grid = rope_reference_grid
+        self.attention_norm, self.mlp_norm = bool(attention_norm), bool(mlp_norm)
         policy = self.dtype_policy
         self.norm_1 = norm(norm_layer, self.layer_norm_epsilon, "norm_1", policy)
         self.attention = MultiHeadSelfAttention(
@@ -230,13 +259,18 @@ class EncoderBlock(keras.layers.Layer):
             qk_norm=self.qk_norm,
             norm_layer=norm_layer,
             layer_norm_epsilon=self.layer_norm_epsilon,
+            rotary_embedding=rotary_embedding,
+            rope_theta=rope_theta,
+            rope_reference_grid=rope_reference_grid,
+            attention_norm=self.attention_norm,
             dtype=policy,
             name="attention",
         )
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy, name="dropout")
         self.norm_2 = norm(norm_layer, self.layer_norm_epsilon, "norm_2", policy)
-        self.mlp = Mlp(mlp_dim, dropout_rate, self.gelu_approximate, self.activation, self.gated_mlp, dtype=policy,
-                       name="mlp")
+        self.mlp = Mlp(mlp_dim, dropout_rate, self.gelu_approximate, self.activation, self.gated_mlp,
+                       hidden_norm=norm_layer if self.mlp_norm else None, layer_norm_epsilon=self.layer_norm_epsilon,
+                       dtype=policy, name="mlp")
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy, name="drop_path")
         # Named as norm_1 / norm_2; timm's ls1.gamma / ls2.gamma.
         self.layer_scales = [] if self.layer_scale_init is None else [
@@ -246,26 +280,28 @@ class EncoderBlock(keras.layers.Layer):
         for layer in (self.norm_1, self.attention, self.norm_2, self.mlp, *self.layer_scales):
             layer.build(input_shape)
 
-    def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
+    def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None, coordinates=None):
         if self.remat and training and not return_attention_scores:
-            outputs = self._rematerialized(inputs, drop_path_rate)
+            outputs = self._rematerialized(inputs, drop_path_rate, coordinates)
         else:
-            outputs = self._forward(inputs, training, return_attention_scores, drop_path_rate)
+            outputs = self._forward(inputs, training, return_attention_scores, drop_path_rate, coordinates)
         if return_attention_scores:
             outputs, scores = outputs
         # The residual stream's gradient is written out at each block's output (on JAX's CPU: see there).
         outputs = gradient_boundary(outputs)
         return (outputs, scores) if return_attention_scores else outputs
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None):
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None,
+                            coordinates=None):
         # Said here, so that Keras need not trace `call` to learn it: that tracing was half
         # the time of building a ViT with the functional API.
         if return_attention_scores:
-            return super().compute_output_spec(inputs, training, return_attention_scores, drop_path_rate)
+            return super().compute_output_spec(inputs, training, return_attention_scores, drop_path_rate,
+                                               coordinates)
         shape = inputs.shape if self.output_tokens is None else (inputs.shape[0], self.output_tokens, inputs.shape[2])
         return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
-    def _rematerialized(self, inputs, drop_path_rate):
+    def _rematerialized(self, inputs, drop_path_rate, coordinates):
         """The training forward under `keras.remat`, which runs it again in the backward pass.
 
         Dropout and stochastic depth draw from seed generators that each
@@ -277,7 +313,7 @@ class EncoderBlock(keras.layers.Layer):
         def forward(x, *states):
             for generator, state in zip(generators, states, strict=True):
                 generator.state.assign(state)
-            return self._forward(x, True, False, drop_path_rate)
+            return self._forward(x, True, False, drop_path_rate, coordinates)
 
         return keras.remat(forward)(inputs, *[ops.convert_to_tensor(g.state.value) for g in generators])
 
@@ -286,10 +322,11 @@ class EncoderBlock(keras.layers.Layer):
         random_layers = (self.attention.dropout, self.dropout, self.mlp.dropout, self.drop_path)
         return [g for layer in random_layers if (g := getattr(layer, "seed_generator", None)) is not None]
 
-    def _forward(self, inputs, training, return_attention_scores, drop_path_rate):
+    def _forward(self, inputs, training, return_attention_scores, drop_path_rate, coordinates=None):
         # Weights only when asked for: without them attention may run fused (MultiHeadSelfAttention).
         attended = self.attention(self.norm_1(inputs), training=training,
-                                  return_attention_scores=return_attention_scores, query_tokens=self.output_tokens)
+                                  return_attention_scores=return_attention_scores, query_tokens=self.output_tokens,
+                                  coordinates=coordinates)
         if return_attention_scores:
             attended, scores = attended
         attended = self.dropout(attended, training=training)
@@ -325,4 +362,9 @@ class EncoderBlock(keras.layers.Layer):
             "qk_norm": self.qk_norm,
             "norm_layer": self.norm_layer,
             "gated_mlp": self.gated_mlp,
+            "rotary_embedding": self.rotary_embedding,
+            "rope_theta": self.rope_theta,
+            "rope_reference_grid": self.rope_reference_grid,
+            "attention_norm": self.attention_norm,
+            "mlp_norm": self.mlp_norm,
         }

@@ -149,7 +149,7 @@ class ScannedEncoder(keras.layers.Layer):
         return {path: ops.convert_to_numpy(variable[index])
                 for variable, path in zip(self.stacked, self.block_weight_paths(), strict=True)}
 
-    def call_block(self, index, tokens, training=False, return_attention_scores=False):
+    def call_block(self, index, tokens, training=False, return_attention_scores=False, coordinates=None):
         """Block `index` alone on `tokens`: `EncoderBlock`'s call on that block's weights, as the loop runs it.
 
         Args:
@@ -160,13 +160,15 @@ class ScannedEncoder(keras.layers.Layer):
                 layer's seed generator. Defaults to False.
             return_attention_scores: bool. Also return the block's attention
                 weights, `(batch, heads, tokens, tokens)`. Defaults to False.
+            coordinates: None, or the tokens' rotary coordinates (a
+                `dynamic_image_size` model's grid).
 
         Returns:
             `(batch, tokens, width)`, and the attention weights if asked for.
         """
         index = self._check_index(index)
         seed = self.seed_generator.next() if training and self.seed_generator else None
-        return self._block(index, tokens, seed, training, return_attention_scores)
+        return self._block(index, tokens, seed, training, return_attention_scores, coordinates)
 
     def load_blocks(self, blocks):
         """Sets the stacked weights to those of `blocks`: `num_layers` built `EncoderBlock`s, in order."""
@@ -239,21 +241,22 @@ class ScannedEncoder(keras.layers.Layer):
             raise ValueError(f"`index` must be a block number in [0, {self.num_layers}); received index={index!r}")
         return int(index)
 
-    def _block(self, i, x, seed, training, return_attention_scores=False):
+    def _block(self, i, x, seed, training, return_attention_scores=False, coordinates=None):
         """Block `i` (an int or a scalar tensor) on `x`: the loop's body."""
         weights = [ops.take(w, i, axis=0) for w in self.stacked]
         drop_path_rate = None
         if self.drop_path_rate:
             drop_path_rate = linear_rate(self.drop_path_rate, ops.cast(i, "float32"), self.num_layers)
         outputs, _ = self._run_block(weights, self._block_seeds(seed, i), x, training=training,
-                                     return_attention_scores=return_attention_scores, drop_path_rate=drop_path_rate)
+                                     return_attention_scores=return_attention_scores, drop_path_rate=drop_path_rate,
+                                     coordinates=coordinates)
         return outputs
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, coordinates=None):
         seed = self.seed_generator.next() if training and self.seed_generator else None
 
         def run_block(i, x):
-            return self._block(i, x, seed, training)
+            return self._block(i, x, seed, training, coordinates=coordinates)
 
         if training and inputs.shape[0] is None:
             # XLA differentiates the loop only with static shapes (a batch of
@@ -287,8 +290,8 @@ class ScannedEncoder(keras.layers.Layer):
         first = seed[0] + ops.cast(i, seed.dtype) * count
         return [ops.stack([first + k + 1, seed[1] * _DRAWS_PER_GENERATOR]) for k in range(count)]
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_spec(self, inputs, training=None, coordinates=None):
+        return keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers, "block_config": self.block_config}
