@@ -12,8 +12,9 @@ formats convert their files to these keys, so one loader
 (`keras_vit.checkpoints.loading`) serves them all.
 
 Kinds the official code does not have (`learned_2d` position tables,
-relative attention, timm's `fc_norm`, LayerScale, q/k and patch norms, a
-projection, the stored `ViTConfig`) are written under keys of the same
+relative attention, timm's `fc_norm`, LayerScale, q/k, patch, attention
+output and MLP norms, RoPE-Mixed's frequencies, a projection, the stored
+`ViTConfig`) are written under keys of the same
 style, marked "keras_vit extension", so every keras_vit model round-trips
 through the format; the official code ignores keys it does not know. `official_config` reads a file's `ViTConfig` back;
 `describe` names what a file holds for error messages, with the same reading.
@@ -88,6 +89,15 @@ RULES = (
      r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/\2_norm/scale"),
     (r"encoder_block_(\d+)/attention/(query|key)_norm/beta",
      r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/\2_norm/bias"),
+    # keras_vit extension: EVA02's norms inside attention and the MLP, RoPE-Mixed's frequencies (issue 51).
+    (r"encoder_block_(\d+)/attention/output_norm/(?:gamma|scale)",
+     r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/out_norm/scale"),
+    (r"encoder_block_(\d+)/attention/output_norm/beta",
+     r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/out_norm/bias"),
+    (r"encoder_block_(\d+)/mlp/norm/(?:gamma|scale)", r"Transformer/encoderblock_\1/MlpBlock_3/norm/scale"),
+    (r"encoder_block_(\d+)/mlp/norm/beta", r"Transformer/encoderblock_\1/MlpBlock_3/norm/bias"),
+    (r"encoder_block_(\d+)/attention/rope_frequencies",
+     r"Transformer/encoderblock_\1/MultiHeadDotProductAttention_1/rope_frequencies"),
     (r"norm_pre/(?:gamma|scale)", "Transformer/norm_pre/scale"),
     (r"norm_pre/beta", "Transformer/norm_pre/bias"),
     (r"patch_norm/(?:gamma|scale)", "embedding_norm/scale"),
