@@ -41,14 +41,17 @@ class SharedBlock(keras.layers.Layer):
         tokens: `(batch, tokens, width)`.
         return_attention_scores: bool. Also return the block's attention
             weights, `(batch, heads, tokens, tokens)`.
+        coordinates: None, or the tokens' rotary coordinates (a
+            `dynamic_image_size` model's run-time grid).
     """
 
     def __init__(self, block, **kwargs):
         super().__init__(**kwargs)
         self.block = block
 
-    def call(self, tokens, return_attention_scores=False):
-        return self.block(tokens, training=False, return_attention_scores=return_attention_scores)
+    def call(self, tokens, return_attention_scores=False, coordinates=None):
+        return self.block(tokens, training=False, return_attention_scores=return_attention_scores,
+                          coordinates=coordinates)
 
     def get_config(self):
         raise NotImplementedError(_NOT_SAVED.format(name=self.name))
@@ -68,6 +71,7 @@ class ScannedBlock(keras.layers.Layer):
         tokens: `(batch, tokens, width)`.
         return_attention_scores: bool. Also return the block's attention
             weights, `(batch, heads, tokens, tokens)`.
+        coordinates: None, or the tokens' rotary coordinates.
     """
 
     def __init__(self, encoder, index, **kwargs):
@@ -75,8 +79,9 @@ class ScannedBlock(keras.layers.Layer):
         self.encoder = encoder
         self.index = int(index)
 
-    def call(self, tokens, return_attention_scores=False):
-        return self.encoder.call_block(self.index, tokens, return_attention_scores=return_attention_scores)
+    def call(self, tokens, return_attention_scores=False, coordinates=None):
+        return self.encoder.call_block(self.index, tokens, return_attention_scores=return_attention_scores,
+                                       coordinates=coordinates)
 
     def get_config(self):
         raise NotImplementedError(_NOT_SAVED.format(name=self.name))
@@ -111,14 +116,15 @@ def block_outputs(model, return_attention_scores=False):
     scanned = isinstance(layers[0], ScannedEncoder)
     if not (scanned or return_attention_scores):
         return [block.output for block in layers]  # the model's own tensors: a .keras file can hold them
-    tokens = layers[0].input  # the embedded sequence, as the model computed it
+    # The embedded sequence, as the model computed it, beside the rotary coordinates of a run-time grid.
+    tokens, coordinates = (keras.tree.flatten(layers[0].input) + [None])[:2]
     if scanned:
         views = [ScannedBlock(layers[0], i, name=block_name(i)) for i in range(layers[0].num_layers)]
     else:
         views = [SharedBlock(block, name=block.name) for block in layers]
     outputs = []
     for view in views:
-        result = view(tokens, return_attention_scores=return_attention_scores)
+        result = view(tokens, return_attention_scores=return_attention_scores, coordinates=coordinates)
         tokens = result[0] if return_attention_scores else result
         outputs.append(result)
     return outputs

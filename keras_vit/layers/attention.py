@@ -226,13 +226,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             rotary.check_head_dim(self.rotary_embedding, head_dim)
         if self.rotary_embedding == "rope_mixed":
             theta = rotary.THETAS["rope_mixed"] if self.rope_theta is None else self.rope_theta
-            seed = np.random.randint(2**31)  # keras.utils.set_random_seed seeds it
-
-            def frequencies(shape, dtype=None):
-                return ops.cast(rotary.initial_frequencies(self.num_heads, head_dim, theta, seed), dtype)
-
+            initializer = rotary.MixedFrequencies(self.num_heads, head_dim, theta)
             self.rope_frequencies = self.add_weight(name=rotary.FREQUENCIES, shape=(2, self.num_heads, head_dim // 2),
-                                                    initializer=frequencies)
+                                                    initializer=initializer)
         shapes = self.position.weight_shapes(width, self.grid_size, self.num_prefix_tokens, self.num_heads)
         for name, shape in shapes.items():  # self.relative_embedding, ...: N(0, 0.02), as the official position table
             setattr(self, name, self.add_weight(

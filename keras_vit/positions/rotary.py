@@ -27,6 +27,7 @@ the pairing, so both pairings cost the same elementwise work and no matmul.
 
 import math
 
+import keras
 import numpy as np
 from keras import ops
 
@@ -91,6 +92,22 @@ def initial_frequencies(num_heads, head_dim, theta, seed=None):
     turns = np.concatenate([direction + 0 * bands, direction + math.pi / 2 + 0 * bands], axis=-1)
     bands = np.concatenate([bands, bands])
     return np.stack([bands * np.sin(turns), bands * np.cos(turns)])
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MixedFrequencies(keras.initializers.Initializer):
+    """`initial_frequencies` as a Keras initializer; seed None draws one from numpy's global state (which
+    `keras.utils.set_random_seed` seeds), so each block of a scanned encoder starts with its own directions."""
+
+    def __init__(self, num_heads, head_dim, theta, seed=None):
+        self.num_heads, self.head_dim, self.theta, self.seed = int(num_heads), int(head_dim), float(theta), seed
+
+    def __call__(self, shape, dtype=None):
+        seed = np.random.randint(2**31) if self.seed is None else self.seed
+        return ops.cast(initial_frequencies(self.num_heads, self.head_dim, self.theta, seed), dtype or "float32")
+
+    def get_config(self):
+        return {"num_heads": self.num_heads, "head_dim": self.head_dim, "theta": self.theta, "seed": self.seed}
 
 
 def angles(coordinates_, frequency_matrix):
