@@ -32,7 +32,18 @@ processor's `preprocessor_config.json`) holds one of
   the packed `head.attention.in_proj_weight` split into query, key, value);
 - `CLIPModel` / `SiglipModel` ("clip", "siglip"): their image tower
   (`vision_config`, `vision_model.*`, CLIP's `visual_projection`: the
-  `image_embeds` of `get_image_features`); the text tower is not read.
+  `image_embeds` of `get_image_features`); the text tower is not read;
+- `DINOv3ViTModel` ("dinov3_vit"): rotary positions on patch centres in
+  (-1, 1) (`rotary_embedding="rope_dinov3"`, `rope_theta`), no position
+  table, so resolution-free (`dynamic_image_size=True`, as transformers',
+  which takes the grid from every input); four registers after the class
+  token, LayerScale, q/k/v biases as `query_bias` / `key_bias` /
+  `value_bias` say (q and v without k: `qkv_bias="qv"`; a missing one of a
+  kind keras_vit holds is a zero), the gated MLP of `use_gated_mlp`
+  (`gate_proj`, `up_proj`: keras_vit's `gated_mlp`); its `pooler_output`, the
+  final-normed class token, is the model's output (`classifier="token"`).
+  On disk the blocks are `layer.{i}.*` (transformers 5 renames them
+  `model.layer.{i}.*` in memory): both are read.
 
 The image towers' names are read with and without `vision_model.`
 (transformers 5 writes `CLIPVisionModel` and `SiglipVisionModel` without it,
@@ -66,7 +77,7 @@ import numpy as np
 from keras_vit.checkpoints.safetensors import read_safetensors
 from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ViTConfig
 
-DESCRIPTION = "a Hugging Face transformers ViT / DeiT / DINOv2 / CLIP / SigLIP directory (save_pretrained)"
+DESCRIPTION = "a Hugging Face transformers ViT / DeiT / DINOv2 / DINOv3 / CLIP / SigLIP directory (save_pretrained)"
 # model_type -> the model classes keras_vit reads of it.
 FAMILIES = {
     "vit": ("ViTForImageClassification", "ViTModel"),
@@ -77,6 +88,7 @@ FAMILIES = {
     "siglip_vision_model": ("SiglipVisionModel",),
     "clip": ("CLIPModel",),
     "siglip": ("SiglipModel",),
+    "dinov3_vit": ("DINOv3ViTModel",),
 }
 MODEL_TYPES = tuple(FAMILIES)
 ARCHITECTURES = tuple(name for names in FAMILIES.values() for name in names)
@@ -102,6 +114,11 @@ _DEFAULTS = {
     "siglip_vision_model": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, image_size=224,
                                 patch_size=16, layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh"),
 }
+# DINOv3ViTConfig's (transformers 5.24); the hub's checkpoints state 4 registers.
+_DEFAULTS["dinov3_vit"] = dict(
+    hidden_size=384, intermediate_size=1536, num_attention_heads=6, num_hidden_layers=12, image_size=224,
+    patch_size=16, layer_norm_eps=1e-5, hidden_act="gelu", rope_theta=100.0, query_bias=True, key_bias=False,
+    value_bias=True, proj_bias=True, mlp_bias=True, layerscale_value=1.0, use_gated_mlp=False, num_register_tokens=0)
 _DEFAULTS.update(deit=_DEFAULTS["vit"], dinov2_with_registers=_DEFAULTS["dinov2"])
 # Without preprocessor_config.json: the mean and std of the family's image processor (None: it states none that
 # fits the weights, so the file is refused). BitImageProcessor, DINOv2's, defaults to CLIP's mean and std, while
@@ -109,7 +126,7 @@ _DEFAULTS.update(deit=_DEFAULTS["vit"], dinov2_with_registers=_DEFAULTS["dinov2"
 _PROCESSOR_DEFAULTS = {
     "vit": {}, "deit": dict(input_mean=IMAGENET_MEAN, input_std=IMAGENET_STD), "dinov2": None,
     "dinov2_with_registers": None, "clip_vision_model": dict(input_mean=OPENAI_CLIP_MEAN, input_std=OPENAI_CLIP_STD),
-    "siglip_vision_model": {},
+    "siglip_vision_model": {}, "dinov3_vit": dict(input_mean=IMAGENET_MEAN, input_std=IMAGENET_STD),
 }
 _POSITIONS = "Transformer/posembed_input/pos_embedding"
 
@@ -145,7 +162,7 @@ def read(path, image_size=None, num_heads=None):
         config = _config(cfg, tensors, path)
         return config, _to_official(tensors, cfg, config, path)
     reader = {"dinov2": _read_dinov2, "dinov2_with_registers": _read_dinov2, "clip_vision_model": _read_clip,
-              "siglip_vision_model": _read_clip}[cfg["model_type"]]
+              "siglip_vision_model": _read_clip, "dinov3_vit": _read_dinov3}[cfg["model_type"]]
     return reader(cfg, tensors, path)
 
 
@@ -237,7 +254,7 @@ def _architecture(cfg, tensors, source):
     model_type = cfg["model_type"]
     if model_type == "clip_vision_model":
         return readable[1] if "visual_projection.weight" in tensors else readable[0]
-    if model_type == "siglip_vision_model":
+    if model_type in ("siglip_vision_model", "dinov3_vit"):
         return readable[0]
     if any(name.startswith(_PREFIXES[model_type]) for name in tensors):
         return readable[0] if model_type in ("vit", "deit") else readable[1]
@@ -407,6 +424,82 @@ def _read_clip(cfg, tensors, source):
     arrays = _convert(inner, _CLIP_RULES if clip else _SIGLIP_RULES, config, source,
                       ignored=("embeddings.position_ids",))
     return config, _checked_positions(arrays, config, source, "embeddings.position_embedding.weight")
+
+
+def _read_dinov3(cfg, tensors, source):
+    """DINOv3ViTModel: rotary positions, no position table, so any resolution (`dynamic_image_size=True`)."""
+    _architecture(cfg, tensors, source)  # refuses another class (DINOv3ViTBackbone, ...) by name
+    get = lambda key: cfg.get(key, _DEFAULTS["dinov3_vit"][key])  # noqa: E731
+    # transformers 5 holds the blocks as model.layer.{i} and writes them as layer.{i} (the hub's names).
+    inner = _without_prefix(tensors, "model.", source)
+    gated = bool(get("use_gated_mlp"))
+    on_disk = "layer.0.mlp.gate_proj.weight" in inner
+    if gated != on_disk:
+        raise ValueError(f"{source}/config.json: use_gated_mlp={gated}, but model.safetensors holds "
+                         f"{'mlp.gate_proj (a gated MLP)' if on_disk else 'no mlp.gate_proj (no gated MLP)'}")
+    if "layer.0.mlp.down_proj.weight" not in inner:
+        raise ValueError(f"{source}: no layer.0.mlp tensors in model.safetensors (found e.g. {sorted(tensors)[:4]})")
+    hidden, width = inner["layer.0.mlp.down_proj.weight"].shape
+    registers = inner.get("embeddings.register_tokens")
+    count = 0 if registers is None else registers.shape[1]
+    if count != get("num_register_tokens"):
+        raise ValueError(f"{source}/config.json: num_register_tokens={get('num_register_tokens')}, but "
+                         f"embeddings.register_tokens holds {count}")
+    stated = {flag: bool(get(flag)) for flag, _ in _dinov3_biases(gated)}
+    _check_dinov3_biases(inner, stated, gated, get("num_hidden_layers"), source)
+    # keras_vit holds q and v biases, or all three, or none: a bias of those the file leaves out is a zero, which
+    # computes what transformers' Linear without it does (as proj_bias / mlp_bias False: zero output and MLP biases).
+    qkv_bias = "all" if stated["key_bias"] else "qv" if stated["query_bias"] or stated["value_bias"] else "none"
+    held = {"all": ("query", "key", "value"), "qv": ("query", "value"), "none": ()}[qkv_bias]
+    for i in range(get("num_hidden_layers")):
+        zeros = {f"attention.{kind[0]}_proj.bias": hidden for kind in held if not stated[f"{kind}_bias"]}
+        if not stated["proj_bias"]:
+            zeros["attention.o_proj.bias"] = hidden
+        if not stated["mlp_bias"]:
+            zeros.update({"mlp.up_proj.bias": width, "mlp.down_proj.bias": hidden})
+            if gated:
+                zeros["mlp.gate_proj.bias"] = width
+        inner.update({f"layer.{i}.{name}": np.zeros(size, np.float32) for name, size in zeros.items()})
+        if gated:  # gate_proj, up_proj: keras_vit's gated first dense, [gate | value] by columns
+            for kind in ("weight", "bias"):
+                gate, up = (inner.pop(f"layer.{i}.mlp.{part}.{kind}") for part in ("gate_proj", "up_proj"))
+                inner[f"layer.{i}.mlp.weights_in.{kind}"] = np.concatenate([gate, up])
+    theta = cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 100.0))
+    fields = dict(
+        _encoder_fields(cfg, source), mlp_dim=get("intermediate_size"), gated_mlp=gated, qkv_bias=qkv_bias,
+        layer_scale_init=float(get("layerscale_value")), num_register_tokens=count, classifier="token", classes=0,
+        # No position table: the blocks turn queries and keys by each patch centre's place in (-1, 1), taken from
+        # the input's grid on every call. pos_embed_shift / jitter / rescale are not read: transformers applies
+        # them to the coordinates only in training (`if self.training`), never at inference.
+        position_embedding="none", rotary_embedding="rope_dinov3", rope_theta=float(theta), dynamic_image_size=True,
+    )
+    config = _vit_config(fields, source)
+    # embeddings.mask_token: masked-image modelling's input token (bool_masked_pos), unused at inference; an
+    # empty register_tokens (num_register_tokens=0) holds nothing.
+    ignored = ("embeddings.mask_token",) + (() if count else ("embeddings.register_tokens",))
+    return config, _convert(inner, _DINOV3_RULES, config, source, ignored=ignored)
+
+
+def _dinov3_biases(gated):
+    """DINOv3ViTConfig's bias flags and the tensors each gives every block."""
+    mlp = ("mlp.gate_proj.bias", "mlp.up_proj.bias", "mlp.down_proj.bias") if gated else \
+        ("mlp.up_proj.bias", "mlp.down_proj.bias")
+    return (("query_bias", ("attention.q_proj.bias",)), ("key_bias", ("attention.k_proj.bias",)),
+            ("value_bias", ("attention.v_proj.bias",)), ("proj_bias", ("attention.o_proj.bias",)), ("mlp_bias", mlp))
+
+
+def _check_dinov3_biases(inner, stated, gated, layers, source):
+    """Each bias config.json states is in every block, and none it leaves out is in any (transformers would build
+    no place for it and drop it)."""
+    for flag, names in _dinov3_biases(gated):
+        wanted = [f"layer.{i}.{name}" for i in range(layers) for name in names]
+        found = [name for name in wanted if name in inner]
+        if stated[flag] and len(found) != len(wanted):
+            missing = sorted(set(wanted) - set(found))
+            raise ValueError(f"{source}/config.json: {flag}=True, but model.safetensors lacks {missing[:4]}")
+        if not stated[flag] and found:
+            raise ValueError(f"{source}/config.json: {flag}=False, but model.safetensors holds {found[:4]}: "
+                             "transformers builds no such bias and would drop them")
 
 
 def _without_prefix(tensors, prefix, source):
@@ -589,6 +682,25 @@ _SIGLIP_RULES = (
     *_norm(r"head\.layernorm", _MAP + "LayerNorm_0"),
     *_dense(r"head\.mlp\.fc1", _MAP + "MlpBlock_0/Dense_0"),
     *_dense(r"head\.mlp\.fc2", _MAP + "MlpBlock_0/Dense_1"),
+)
+
+
+# DINOv3ViTModel, blocks named as on disk (`layer.{i}`, without transformers' in-memory `model.`). A gated MLP's
+# gate_proj and up_proj are read packed as `weights_in` ([gate; up] by rows): keras_vit's gated dense_1.
+_DINOV3_RULES = (
+    (r"embeddings\.cls_token", "cls", _same),
+    (r"embeddings\.register_tokens", "reg", _same),
+    *_dense(r"embeddings\.patch_embeddings", "embedding", kernel=_conv),
+    *_norm(r"layer\.(\d+)\.norm1", _BLOCK + "LayerNorm_0"),
+    *(rule for short, long in (("q", "query"), ("k", "key"), ("v", "value"))
+      for rule in _dense(rf"layer\.(\d+)\.attention\.{short}_proj", _ATTENTION + long, kernel=_projection,
+                         bias=_projection_bias)),
+    *_dense(r"layer\.(\d+)\.attention\.o_proj", _ATTENTION + "out", kernel=_output),
+    (r"layer\.(\d+)\.layer_scale([12])\.lambda1", _BLOCK + r"LayerScale_\2/scale", _same),
+    *_norm(r"layer\.(\d+)\.norm2", _BLOCK + "LayerNorm_2"),
+    *_dense(r"layer\.(\d+)\.mlp\.(?:up_proj|weights_in)", _BLOCK + "MlpBlock_3/Dense_0"),
+    *_dense(r"layer\.(\d+)\.mlp\.down_proj", _BLOCK + "MlpBlock_3/Dense_1"),
+    *_norm(r"norm", "Transformer/encoder_norm"),
 )
 
 
