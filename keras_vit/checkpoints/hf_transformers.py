@@ -62,8 +62,8 @@ without its head, backbones). `pytorch_model.bin` is refused: a pickle can
 run code when read. The labels (`id2label`) are read by `labels`. `write`
 writes a keras_vit model back as the class of these that computes it (ViT,
 DeiT, Dinov2 with or without registers and their classifiers, CLIPVisionModel
-with or without projection, SiglipVisionModel), by the reader's tables turned
-around.
+with or without projection, SiglipVisionModel, DINOv3ViTModel), by the reader's
+tables turned around.
 """
 
 import json
@@ -744,6 +744,9 @@ def write(model, directory, labels=None):
 
     The model class follows the model's fields:
 
+    - `rotary_embedding="rope_dinov3"`: `DINOv3ViTModel` (blocks named `layer.{i}` as transformers writes them;
+      `qkv_bias` as `query_bias` / `key_bias` / `value_bias`; transformers is resolution-free, whatever the
+      model's `dynamic_image_size`); another rotary kind has no transformers class and is refused;
     - `classifier="map"`: `SiglipVisionModel` (no class token, the MAP head);
     - `norm_pre=True`: `CLIPVisionModel`, or `CLIPVisionModelWithProjection` with `projection_dim`;
     - registers: `Dinov2WithRegistersModel` (`no_embed_class=True`: the class token is written with a zero
@@ -844,7 +847,7 @@ def _check_writable(config, labels):
             ("position_embedding", "learned_1d"), ("no_embed_class", False), ("fc_norm", False),
             ("resnet_num_layers", None), ("activation", "gelu"), ("qkv_bias", "all"), ("patch_bias", True),
             ("norm_layer", "layer_norm"), ("qk_norm", False), ("gated_mlp", False), ("patch_norm", False),
-            ("projection_dim", None))
+            ("projection_dim", None), ("rotary_embedding", None))
             if getattr(config, name) != value]
         if config.representation_size and config.classes:
             problems.append(f"representation_size={config.representation_size} with a head (transformers has a "
@@ -864,6 +867,8 @@ def _check_writable(config, labels):
 
 def _written_architecture(config):
     """(model class, model_type, the field that chose it) a model is written as."""
+    if config.rotary_embedding == "rope_dinov3":
+        return "DINOv3ViTModel", "dinov3_vit", "rotary_embedding='rope_dinov3'"
     if config.classifier == "map":
         return "SiglipVisionModel", "siglip_vision_model", "classifier='map'"
     if config.norm_pre:
@@ -886,7 +891,7 @@ _COMMON_FIELDS = (
     ("position_embedding", "learned_1d", "a learned table"), ("resnet_num_layers", None, "no ResNet stem"),
     ("norm_layer", "layer_norm", "LayerNorm"), ("qk_norm", False, "no q/k norm"),
     ("patch_norm", False, "no norm in the patch embedding"), ("distilled", False, "no distillation token"),
-    ("representation_size", None, "no pre_logits layer"),
+    ("representation_size", None, "no pre_logits layer"), ("rotary_embedding", None, "no rotary positions"),
 )
 _FAMILY_FIELDS = {
     "dinov2": (
@@ -914,9 +919,29 @@ _FAMILY_FIELDS = {
 }
 
 
+# What DINOv3ViTModel builds, as ViTConfig fields (any activation of ACT2FN, q/k/v biases, gated MLP or not,
+# registers, patch and image sizes, rope_theta are its config.json's).
+_DINOV3_FIELDS = (
+    ("position_embedding", "none", "no position table, rotary positions alone"), ("class_token", True, "a class token"),
+    ("classifier", "token", "pooler_output, the final-normed class token"),
+    ("fc_norm", False, "the final norm on the sequence"), ("classes", 0, "no head"),
+    ("representation_size", None, "no pre_logits layer"), ("projection_dim", None, "no projection"),
+    ("distilled", False, "no distillation token"), ("resnet_num_layers", None, "no ResNet stem"),
+    ("norm_layer", "layer_norm", "LayerNorm"), ("norm_pre", False, "no pre-norm"),
+    ("patch_norm", False, "no norm in the patch embedding"), ("patch_bias", True, "a patch bias"),
+    ("qk_norm", False, "no q/k norm"), ("attention_norm", False, "no norm before o_proj"),
+    ("mlp_norm", False, "no norm in the MLP"),
+)
+
+
 def _family_problems(config, architecture, model_type):
+    fields = _DINOV3_FIELDS if model_type == "dinov3_vit" else _COMMON_FIELDS + _FAMILY_FIELDS[model_type]
     problems = [f"{name}={getattr(config, name)!r} (transformers: {what})"
-                for name, value, what in _COMMON_FIELDS + _FAMILY_FIELDS[model_type] if getattr(config, name) != value]
+                for name, value, what in fields if getattr(config, name) != value]
+    if model_type == "dinov3_vit":
+        if config.layer_scale_init is None:
+            problems.append("layer_scale_init=None (transformers: LayerScale, layer_scale{1,2}.lambda1)")
+        return problems
     for name in ("image_size", "patch_size"):
         pair = getattr(config, name)
         if pair[0] != pair[1]:
@@ -992,7 +1017,8 @@ def _inverse_rules(rules, choices):
 
 
 def _family_tensors(config, arrays, architecture, model_type):
-    """transformers' tensors of a DINOv2, CLIP or SigLIP model: the reader's names and transforms turned around."""
+    """transformers' tensors of a DINOv2, DINOv3, CLIP or SigLIP model: the reader's names and transforms turned
+    around."""
     arrays = dict(arrays)
     if model_type.startswith("dinov2"):
         mlp = ("weights_in", "weights_out") if config.gated_mlp else ("fc1", "fc2")
@@ -1002,6 +1028,9 @@ def _family_tensors(config, arrays, architecture, model_type):
     elif model_type == "clip_vision_model":  # 5.24 writes CLIPVisionModel without vision_model., ...WithProjection with
         rules, choices, unprefixed = _CLIP_RULES, {}, ("visual_projection.weight",)
         prefix = "vision_model." if config.projection_dim else ""
+    elif model_type == "dinov3_vit":  # blocks as layer.{i}, the names on disk (and the hub's)
+        rules, prefix, unprefixed = _DINOV3_RULES, "", ()
+        choices = {"up_proj|weights_in": "weights_in" if config.gated_mlp else "up_proj"}
     else:
         rules, choices, prefix, unprefixed = _SIGLIP_RULES, {}, "", ()
     if model_type == "dinov2_with_registers":
@@ -1028,17 +1057,35 @@ def _family_tensors(config, arrays, architecture, model_type):
         # Masked-image modelling's input token: no part of inference, not held by keras_vit; transformers'
         # initial value, so that from_pretrained finds every tensor it builds.
         tensors[prefix + "embeddings.mask_token"] = np.zeros((1, config.hidden_size), np.float32)
+    if model_type == "dinov3_vit":
+        for name in [name for name in tensors if ".mlp.weights_in." in name]:  # [gate; up] rows
+            tensors[name.replace("weights_in", "gate_proj")], tensors[name.replace("weights_in", "up_proj")] = \
+                np.split(tensors.pop(name), 2)
+        # mask_token, as for DINOv2; registers: transformers builds a (1, 0, D) parameter even for none.
+        tensors["embeddings.mask_token"] = np.zeros((1, 1, config.hidden_size), np.float32)
+        if not config.num_register_tokens:
+            tensors["embeddings.register_tokens"] = np.zeros((1, 0, config.hidden_size), np.float32)
     return tensors
 
 
 def _family_config(config, architecture, model_type):
-    """config.json of a DINOv2, CLIP or SigLIP model (the fields its configuration class reads)."""
+    """config.json of a DINOv2, DINOv3, CLIP or SigLIP model (the fields its configuration class reads)."""
     cfg = dict(architectures=[architecture], model_type=model_type, hidden_size=config.hidden_size,
                num_hidden_layers=config.num_layers, num_attention_heads=config.num_heads,
                hidden_act=_hidden_act(config), layer_norm_eps=config.layer_norm_epsilon,
                image_size=config.image_size[0], patch_size=config.patch_size[0], num_channels=config.channels,
                dtype="float32")
-    if model_type.startswith("dinov2"):
+    if model_type == "dinov3_vit":
+        # pos_embed_shift / jitter / rescale: transformers' training-only RoPE augmentations, at its defaults.
+        cfg.update(intermediate_size=config.mlp_dim, image_size=_one_or_pair(config.image_size),
+                   patch_size=_one_or_pair(config.patch_size), rope_theta=float(config.rope_theta or 100.0),
+                   query_bias=config.qkv_bias != "none", key_bias=config.qkv_bias == "all",
+                   value_bias=config.qkv_bias != "none", proj_bias=True, mlp_bias=True,
+                   layerscale_value=float(config.layer_scale_init), use_gated_mlp=config.gated_mlp,
+                   num_register_tokens=config.num_register_tokens, pos_embed_shift=None, pos_embed_jitter=None,
+                   pos_embed_rescale=2.0, attention_dropout=0.0, drop_path_rate=0.0, initializer_range=0.02,
+                   apply_layernorm=True, reshape_hidden_states=True)
+    elif model_type.startswith("dinov2"):
         cfg.update(initializer_range=0.02, mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.gated_mlp,
                    qkv_bias=config.qkv_bias == "all", layerscale_value=float(config.layer_scale_init),
                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
@@ -1060,8 +1107,12 @@ def _family_config(config, architecture, model_type):
 
 def _family_processor(config, model_type):
     """preprocessor_config.json: BitImageProcessor (DINOv2), CLIPImageProcessor, SiglipImageProcessor, bicubic,
-    with the model's mean and std."""
+    or DINOv3ViTImageProcessor, bilinear, with the model's mean and std."""
     side = config.image_size[0]
+    if model_type == "dinov3_vit":  # DINOv3ViTImageProcessor: bilinear resize to (height, width), no crop
+        return dict(do_normalize=True, do_rescale=True, do_resize=True, image_mean=list(config.input_mean),
+                    image_std=list(config.input_std), image_processor_type="DINOv3ViTImageProcessor", resample=2,
+                    rescale_factor=1 / 255, size=dict(zip(("height", "width"), config.image_size, strict=True)))
     processor = dict(do_convert_rgb=True, do_normalize=True, do_rescale=True, do_resize=True,
                      image_mean=list(config.input_mean), image_std=list(config.input_std), resample=3,
                      rescale_factor=1 / 255)
