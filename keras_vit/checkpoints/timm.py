@@ -17,6 +17,14 @@ pooling, and the later families' LayerScale, pre-norm, q/k norm, RMSNorm,
 SwiGLU and patch norm are read under keras_vit's extension keys; what
 keras_vit cannot represent raises a ValueError naming the file, rather than
 being dropped.
+
+timm's `Eva` class (EVA02, DINOv3, Naver's RoPE-ViT, the SBB RoPE ViTs) is
+read the same way, its architecture looked up in `EVA_ARCHITECTURES` (its
+config.json leaves the rotary settings to the name): fused or separate q/k/v
+with EVA's query and value biases (`qkv_bias="qv"`), gammas as LayerScale,
+SwiGLU with its sub-LN (`mlp_norm`), the attention's norm (`attention_norm`)
+and RoPE-Mixed's learned frequencies. `write` writes a model with rotary
+positions back as an Eva.
 """
 
 import json
@@ -30,6 +38,7 @@ import numpy as np
 from keras_vit.checkpoints.safetensors import read_safetensors
 from keras_vit.checks import to_pair
 from keras_vit.config import ViTConfig
+from keras_vit.positions import rotary
 from keras_vit.variants import SIZES
 
 # ------------------------------------------------------------- architectures
@@ -132,6 +141,57 @@ FAMILY_ARCHITECTURES = {
        for size, (width, heads, ratio) in _AIMV2_SIZES.items() for r in (224, 336, 448)},
 }
 
+# timm's `Eva` class (models/eva.py, timm 1.0.31): EVA02, DINOv3, Naver's RoPE-ViT and the SBB RoPE ViTs, each
+# name with the arguments its builder passes to `_create_eva`, in timm's words (its `norm_layer` as `norm_eps`: all
+# are LayerNorms). Their config.json holds only what create_model was given, not the RoPE settings: those come from
+# here. tests/fixtures/rope/architectures.json holds what each builder passes; a test compares.
+_EVA02 = dict(mlp_ratio=4 * 2 / 3, swiglu_mlp=True, use_rot_pos_emb=True, ref_feat_shape=(16, 16))
+_EVA02_SPLIT = dict(_EVA02, qkv_fused=False, scale_mlp=True)  # q/k/v projections, SwiGLU with its sub-LN
+_EVA02_SIZES = {"tiny": (192, 12, 3), "small": (384, 12, 6), "base": (768, 12, 12), "large": (1024, 24, 16)}
+_NAVER = dict(attn_type="rope", class_token=True, global_pool="token", init_values=1e-5, mlp_ratio=4, qkv_bias=True,
+              rope_grid_indexing="xy", use_rot_pos_emb=True, patch_size=16)
+_NAVER_KINDS = {"": dict(rope_temperature=100.0, use_abs_pos_emb=False),
+                "ape_": dict(rope_temperature=100.0, use_abs_pos_emb=True, no_embed_class=True),
+                "mixed_": dict(rope_temperature=10.0, rope_type="mixed", use_abs_pos_emb=False),
+                "mixed_ape_": dict(rope_temperature=10.0, rope_type="mixed", use_abs_pos_emb=True, no_embed_class=True)}
+_DINOV3 = dict(dynamic_img_size=True, init_values=1e-5, norm_eps=1e-5, num_reg_tokens=4, patch_size=16,
+               rope_rotate_half=True, rope_temperature=100, rope_type="dinov3", use_abs_pos_emb=False,
+               use_fc_norm=False, use_rot_pos_emb=True)
+_DINOV3_SIZES = {"tiny": (192, 12, 3, {}), "small": (384, 12, 6, {}), "base": (768, 12, 12, {}),
+                 "large": (1024, 24, 16, {}), "small_plus": (384, 12, 6, dict(swiglu_mlp=True, swiglu_align_to=8)),
+                 "huge_plus": (1280, 32, 20, dict(swiglu_mlp=True, swiglu_align_to=8)),
+                 "7b": (4096, 40, 32, dict(mlp_ratio=2, swiglu_mlp=True, swiglu_align_to=64))}
+
+
+def _eva_sized(width, depth, heads, **extra):
+    return dict(embed_dim=width, depth=depth, num_heads=heads, **extra)
+
+
+EVA_ARCHITECTURES = {
+    **{f"eva02_{size}_patch14_{r}": _eva_sized(*_EVA02_SIZES[size], img_size=r, patch_size=14,
+                                               **(_EVA02 if size in ("tiny", "small") else _EVA02_SPLIT))
+       for size, rs in (("tiny", (224, 336)), ("small", (224, 336)), ("base", (224, 448)), ("large", (224, 448)))
+       for r in rs},
+    **{f"eva02_{name}_clip_{r}": _eva_sized(*_EVA02_SIZES[size], img_size=r, patch_size=patch, global_pool="token",
+                                            scale_attn_inner=True, **_EVA02_SPLIT)
+       for name, size, patch, r in (("base_patch16", "base", 16, 224), ("large_patch14", "large", 14, 224),
+                                    ("large_patch14", "large", 14, 336))},
+    # No RoPE and a post-norm block (EvaBlockPostNorm): listed to be refused by name.
+    "eva02_enormous_patch14_clip_224": _eva_sized(1792, 64, 16, img_size=224, patch_size=14, mlp_ratio=15360 / 1792,
+                                                  global_pool="token", use_post_norm=True),
+    **{f"vit_{size}_patch16_rope_reg{reg}_gap_256": _eva_sized(
+        width, depth, heads, img_size=256, patch_size=16, init_values=1e-5, class_token=False, num_reg_tokens=reg,
+        qkv_bias=bias, qkv_fused=True, ref_feat_shape=(16, 16), use_abs_pos_emb=False, use_rot_pos_emb=True)
+       for size, width, depth, heads, bias, reg in (("medium", 512, 12, 8, True, 1), ("mediumd", 512, 20, 8, False, 1),
+                                                    ("betwixt", 640, 12, 10, True, 4), ("base", 768, 12, 12, True, 1))},
+    **{f"vit_{size}_patch16_rope_{kind}224": _eva_sized(
+        *_EVA02_SIZES[size], **_NAVER, **args, **({"use_fc_norm": False} if (size, kind) == ("base", "") else {}))
+       for size in ("small", "base", "large") for kind, args in _NAVER_KINDS.items()},
+    **{f"vit_{size}_patch16_dinov3{tail}": _eva_sized(width, depth, heads, **_DINOV3, **extra, qkv_bias=tail == "_qkvb")
+       for size, (width, depth, heads, extra) in _DINOV3_SIZES.items() for tail in ("", "_qkvb")
+       if not (tail == "" and size == "tiny") and not (tail == "_qkvb" and size == "7b")},
+}
+
 # timm's width -> heads of its named sizes, for files without config.json.
 HEADS_BY_WIDTH = {SIZES[ours].hidden_size: SIZES[ours].num_heads for ours in _SIZE_NAMES.values()}
 
@@ -203,7 +263,14 @@ def read(path, image_size=None, num_heads=None):
         ValueError: naming the file, what was expected and what was found.
     """
     weights_path, config_path = _locate(str(path))
-    tensors = _packed_swiglu(read_safetensors(weights_path))
+    tensors = read_safetensors(weights_path)
+    if config_path is not None:
+        cfg = _load_json(config_path)
+        if cfg.get("architecture") in EVA_ARCHITECTURES:
+            return _read_eva(tensors, cfg, config_path, weights_path, num_heads)
+    else:
+        _refuse_bare_eva(tensors, weights_path)
+    tensors = _packed_swiglu(tensors)
     _check_supported(tensors, weights_path)
     facts = _weight_facts(tensors, weights_path)
     if config_path is None:
@@ -433,14 +500,22 @@ def _block_fields(args, source):
 
 def _timm_args(cfg, source):
     """timm's model arguments: architecture table < pretrained_cfg < top level < model_args (timm's order)."""
-    pretrained = cfg.get("pretrained_cfg") or cfg  # older files: one flat dict
     architecture = cfg.get("architecture")
     table = {**ARCHITECTURES, **REGISTER_AND_MAP_ARCHITECTURES, **FAMILY_ARCHITECTURES}
     if architecture not in table:
         raise ValueError(f"{source}: architecture {architecture!r} is not a timm ViT keras_vit reads; expected one "
-                         f"of {len(table)} names: the vit_*, deit_*, deit3_*, *_dinov2, *_clip_* and aimv2_* in "
-                         "docs/checkpoints.md")
-    args = dict(table[architecture])
+                         f"of {len(table) + len(EVA_ARCHITECTURES)} names: the vit_*, deit_*, deit3_*, *_dinov2, "
+                         "*_clip_*, aimv2_*, eva02_*, *_dinov3* and *_rope_* in docs/checkpoints.md")
+    args, model_args = _stated_args(cfg, dict(table[architecture]), source)
+    _check_model_args(model_args, source)
+    args.update({k: v for k, v in model_args.items() if k in _READ_ARGS})
+    return args
+
+
+def _stated_args(cfg, args, source):
+    """`(args, model_args)`: the architecture's `args` under pretrained_cfg's and the top level's (timm's order;
+    model_args, last, are the caller's to check and apply)."""
+    pretrained = cfg.get("pretrained_cfg") or cfg  # older files: one flat dict
     for holder, where in ((pretrained, "pretrained_cfg." if pretrained is not cfg else ""), (cfg, ""),
                           (cfg.get("model_args") or {}, "model_args.")):
         _check_numbers(holder, where, source)
@@ -452,10 +527,7 @@ def _timm_args(cfg, source):
         for holder in (pretrained, cfg):
             if holder.get(key) is not None and not (key == "num_classes" and holder[key] < 0):
                 args[key] = holder[key]
-    model_args = cfg.get("model_args") or {}
-    _check_model_args(model_args, source)
-    args.update({k: v for k, v in model_args.items() if k in _READ_ARGS})
-    return args
+    return args, cfg.get("model_args") or {}
 
 
 # The config.json fields read as numbers: ints (sizes, counts) or floats, a list of them where a size or a
@@ -543,6 +615,184 @@ def _make_config(source, facts, num_heads, grid, classifier, no_embed_class, **e
         raise ValueError(f"{source}: {exc}") from None
 
 
+# ------------------------------------------------------------ timm's Eva class
+# Eva's arguments keras_vit reads (`_eva_fields`), those that only shape training or initialisation, and those it
+# refuses at any value but the ones listed, with what they are.
+_EVA_READ_ARGS = {"img_size", "patch_size", "in_chans", "num_classes", "global_pool", "embed_dim", "depth",
+                  "num_heads", "qkv_bias", "qkv_fused", "qk_norm", "mlp_ratio", "swiglu_mlp", "swiglu_align_to",
+                  "scale_mlp", "scale_attn_inner", "attn_type", "init_values", "class_token", "num_reg_tokens",
+                  "no_embed_class", "use_abs_pos_emb", "use_rot_pos_emb", "rope_type", "rope_grid_offset",
+                  "rope_grid_indexing", "rope_temperature", "rope_rotate_half", "use_pre_transformer_norm",
+                  "use_post_transformer_norm", "use_fc_norm", "dynamic_img_size", "ref_feat_shape",
+                  "drop_path_rate", "attn_drop_rate", "proj_drop_rate"}
+_EVA_TRAINING_ARGS = {"drop_rate", "pos_drop_rate", "patch_drop_rate", "head_init_scale"}
+_EVA_REFUSED = {
+    "use_post_norm": ((False,), "a post-norm block (EvaBlockPostNorm: eva02_enormous_*), which keras_vit's pre-norm "
+                                "blocks cannot compute"),
+    "use_naflex": ((None, False), "NaFlex (timm then builds a NaFlexVit)"),
+    "rope_shift_coords": ((None,), "a RoPE augmentation"), "rope_jitter_coords": ((None,), "a RoPE augmentation"),
+    "rope_rescale_coords": ((None,), "a RoPE augmentation"), "rope_mrope_section": ((None,), "MRoPE"),
+    "num_kv_heads": ((None,), "grouped-query attention"),
+    "attn_only_layer_scale": ((False,), "LayerScale on the attention branch only"),
+    "attn_pool_num_heads": ((None,), "attention pooling"), "attn_pool_mlp_ratio": ((None,), "attention pooling"),
+    "dynamic_img_pad": ((False,), "padding of odd image sizes"),
+}
+# Weights only Eva checkpoints have: a bare file holding them is refused (its RoPE is in the architecture's name).
+_EVA_WEIGHTS = r"blocks\.\d+\.(gamma_[12]|attn\.[qv]_bias|attn\.[qkv]_proj\.weight)|rope\.freqs"
+_ROPE_TYPES = ("cat", "mixed", "dinov3")
+
+
+def _refuse_bare_eva(tensors, source):
+    found = sorted(name for name in tensors if re.fullmatch(_EVA_WEIGHTS, name))
+    if found:
+        raise ValueError(f"{source} holds timm Eva weights (EVA02, DINOv3, RoPE-ViT: {found[:3]}), whose rotary "
+                         "positions only the architecture's name states; expected config.json beside the file (pass "
+                         "the model directory)")
+
+
+def _read_eva(tensors, cfg, source, weights_path, num_heads):
+    """`(ViTConfig, arrays)` of a timm `Eva` checkpoint (EVA02, DINOv3, RoPE-ViT, the SBB RoPE ViTs)."""
+    args = _eva_args(cfg, source)
+    if num_heads is not None and num_heads != args["num_heads"]:
+        raise ValueError(f"{source} says num_heads={args['num_heads']}; received num_heads={num_heads}")
+    fields = _eva_fields(args, source)
+    _check_eva_layout(tensors, args, weights_path)
+    converted = _from_eva(tensors, args["num_heads"], weights_path)
+    facts = _weight_facts(converted, weights_path)
+    patch = to_pair(args.get("patch_size", 16), f"patch_size of {source}")
+    pool = args.get("global_pool", "avg")
+    stated = dict(hidden_size=args.get("embed_dim", 768), num_layers=args.get("depth", 12), patch_size=patch,
+                  mlp_dim=fields["mlp_dim"], gated_mlp=fields["gated_mlp"], channels=args.get("in_chans", 3),
+                  classes=args.get("num_classes", 1000), class_token=args.get("class_token", True),
+                  fc_norm=fields.pop("fc_norm"), num_register_tokens=args.get("num_reg_tokens", 0),
+                  distilled=False, map_head=False, representation_size=None, proj_bias=True)
+    for name, value in stated.items():
+        if value != facts[name]:
+            raise ValueError(f"{source} says {name}={value!r} but the weights have {name}={facts[name]!r}")
+    del fields["mlp_dim"]
+    size = to_pair(args.get("img_size", 224), f"img_size of {source}")
+    grid = tuple(s // p for s, p in zip(size, patch, strict=True))
+    no_embed_class = bool(args.get("no_embed_class", False))
+    _check_positions(facts, grid, no_embed_class, "learn" if args.get("use_abs_pos_emb", True) else "none", source)
+    config = _make_config(weights_path, facts, num_heads=args["num_heads"], grid=grid, classifier=_POOLS[pool],
+                          no_embed_class=no_embed_class, **fields, **_pretrained_fields(cfg), **_training_fields(args))
+    return config, _to_official(converted, config, weights_path)
+
+
+def _eva_args(cfg, source):
+    """Eva's arguments: the builder's (EVA_ARCHITECTURES) < pretrained_cfg < top level < model_args."""
+    args, model_args = _stated_args(cfg, dict(EVA_ARCHITECTURES[cfg["architecture"]]), source)
+    unknown = sorted(set(model_args) - _EVA_READ_ARGS - _EVA_TRAINING_ARGS - set(_EVA_REFUSED))
+    if unknown:
+        raise ValueError(f"{source}: model_args {unknown} are unknown to keras_vit's reader of timm's Eva models; "
+                         f"expected only {sorted(_EVA_READ_ARGS | _EVA_TRAINING_ARGS | set(_EVA_REFUSED))}")
+    args.update(model_args)
+    for name, (accepted, what) in _EVA_REFUSED.items():
+        if args.get(name, accepted[0]) not in accepted:
+            raise ValueError(f"{source}: {name}={args[name]!r} ({cfg['architecture']}) is {what}; keras_vit reads "
+                             f"timm's Eva models with {name}={accepted[0]!r}")
+    return args
+
+
+def _eva_fields(args, source):
+    """The ViTConfig fields of Eva's arguments (blocks, norms, pooling, RoPE), and the MLP's width."""
+    width = args.get("embed_dim", 768)
+    hidden = int(width * args.get("mlp_ratio", 4.0))  # EvaBlock's; GluMlp gets twice this, gate and value
+    swiglu, scale_mlp, align = (bool(args.get("swiglu_mlp")), bool(args.get("scale_mlp")),
+                                args.get("swiglu_align_to") or 0)
+    if swiglu and align:  # SwiGLU rounds its width up
+        hidden += -hidden % align
+    pool = args.get("global_pool", "avg")
+    if pool not in ("avg", "token"):
+        raise ValueError(f"{source}: global_pool={pool!r}; keras_vit reads timm's Eva models pooled 'avg' (mean of "
+                         "the patches) or 'token' (the class token)")
+    fc_norm = pool == "avg" if args.get("use_fc_norm") is None else bool(args["use_fc_norm"])
+    final_norm = not fc_norm if args.get("use_post_transformer_norm") is None else bool(
+        args["use_post_transformer_norm"])
+    if final_norm == fc_norm:
+        raise ValueError(f"{source}: use_fc_norm={fc_norm} with use_post_transformer_norm={final_norm}; keras_vit "
+                         "has one final norm, on the sequence or (fc_norm) on the pooled vector")
+    if not args.get("qkv_bias", True):
+        qkv_bias = "none"
+    else:  # AttentionRope biases the key too; EvaAttention's key bias is a fixed zero
+        qkv_bias = "all" if args.get("attn_type", "eva") == "rope" else "qv"
+    if args.get("attn_type", "eva") not in ("eva", "rope"):
+        raise ValueError(f"{source}: attn_type={args['attn_type']!r}; keras_vit reads Eva's 'eva' and 'rope'")
+    pre_norm = bool(args.get("use_pre_transformer_norm", False))
+    return dict(
+        mlp_dim=hidden, gated_mlp=swiglu, activation="silu" if swiglu else "gelu", mlp_norm=scale_mlp,
+        attention_norm=bool(args.get("scale_attn_inner", False)), qkv_bias=qkv_bias,
+        qk_norm=bool(args.get("qk_norm", False)), layer_scale_init=args.get("init_values"),
+        norm_pre=pre_norm, patch_bias=not pre_norm, layer_norm_epsilon=args.get("norm_eps", 1e-6), fc_norm=fc_norm,
+        **_eva_rope(args, source),
+    )
+
+
+def _eva_rope(args, source):
+    """rotary_embedding, rope_theta and rope_reference_grid of Eva's RoPE arguments (see `EVA_ARCHITECTURES`)."""
+    if not args.get("use_rot_pos_emb", False):
+        return {}
+    rope_type, indexing = args.get("rope_type", "cat"), args.get("rope_grid_indexing", "ij")
+    reference, rotate_half = args.get("ref_feat_shape"), bool(args.get("rope_rotate_half", False))
+    stated = (f"rope_type={rope_type!r}, rope_grid_indexing={indexing!r}, ref_feat_shape={reference!r}, "
+              f"rope_rotate_half={rotate_half}")
+    kind = {("cat", "ij", True, False): "rope_eva", ("cat", "xy", False, False): "rope_axial",
+            ("mixed", "xy", False, False): "rope_mixed", ("dinov3", "ij", False, True): "rope_dinov3"}.get(
+        (rope_type, indexing, reference is not None and rope_type == "cat", rotate_half))
+    if kind is None:
+        raise ValueError(f"{source}: {stated}; keras_vit reads timm's rope_type {list(_ROPE_TYPES)} as EVA02 ('cat', "
+                         "'ij', a ref_feat_shape), RoPE-ViT ('cat' or 'mixed', 'xy', none) and DINOv3 ('dinov3', "
+                         "'ij', rope_rotate_half=True)")
+    if args.get("rope_grid_offset", 0):
+        raise ValueError(f"{source}: rope_grid_offset={args['rope_grid_offset']!r}; keras_vit's rotary positions "
+                         "start at offset 0")
+    theta = float(args.get("rope_temperature", 10000.0))
+    return dict(rotary_embedding=kind, rope_theta=None if theta == rotary.THETAS[kind] else theta,
+                rope_reference_grid=to_pair(reference, "ref_feat_shape") if kind == "rope_eva" else None)
+
+
+def _check_eva_layout(tensors, args, source):
+    """The file's attention and MLP layout must be the one Eva's arguments build."""
+    fused, split = "blocks.0.attn.qkv.weight" in tensors, "blocks.0.mlp.fc1_g.weight" in tensors
+    swiglu_split = bool(args.get("swiglu_mlp")) and bool(args.get("scale_mlp") or args.get("swiglu_align_to"))
+    for what, stated, found in (("qkv_fused", bool(args.get("qkv_fused", True)), fused),
+                                ("a SwiGLU with fc1_g / fc1_x", swiglu_split, split)):
+        if stated != found:
+            raise ValueError(f"{source}: the architecture's arguments give {what}={stated}, the weights {found} "
+                             f"(e.g. {sorted(n for n in tensors if n.startswith('blocks.0.'))[:6]})")
+
+
+def _from_eva(tensors, heads, source):
+    """Eva's tensors under timm VisionTransformer's names and the extension ones of `RULES`: separate q/k/v
+    projections fused, gammas as LayerScale, SwiGLU's fc1_g / fc1_x packed (gate first), `rope.freqs` split per
+    block with rows (y, x)."""
+    out = {}
+    for name, value in tensors.items():
+        name = re.sub(r"^(blocks\.\d+\.)gamma_([12])$", r"\1ls\2.gamma", name)
+        if re.fullmatch(r"blocks\.\d+\.attn\.[qkv]_proj\.(weight|bias)", name):
+            continue
+        out[name] = value
+    separate = (re.fullmatch(r"blocks\.(\d+)\.attn\.q_proj\.weight", name) for name in tensors)
+    for i in sorted(int(m.group(1)) for m in separate if m):
+        proj = {part: {kind: tensors.get(f"blocks.{i}.attn.{part}_proj.{kind}") for kind in ("weight", "bias")}
+                for part in "qkv"}
+        if any(proj[part]["weight"] is None for part in "qkv"):
+            raise ValueError(f"{source}: block {i} has q_proj but not each of k_proj and v_proj")
+        out[f"blocks.{i}.attn.qkv.weight"] = np.concatenate([proj[part]["weight"] for part in "qkv"])
+        biases = {part: proj[part]["bias"] for part in "qkv" if proj[part]["bias"] is not None}
+        if set(biases) == set("qkv"):  # AttentionRope's
+            out[f"blocks.{i}.attn.qkv.bias"] = np.concatenate([biases[part] for part in "qkv"])
+        else:  # EvaAttention's: q and v biased, or none (else the shapes' check names what is left)
+            out.update({f"blocks.{i}.attn.{part}_bias": bias for part, bias in biases.items()})
+    freqs = out.pop("rope.freqs", None)
+    if freqs is not None:
+        if freqs.ndim != 4 or freqs.shape[0] != 2:
+            raise ValueError(f"{source}: rope.freqs has shape {freqs.shape}; expected (2, depth, heads, head_dim / 2)")
+        for i in range(freqs.shape[1]):  # timm's index 0 turns by x (columns), 1 by y (rows)
+            out[f"blocks.{i}.attn.rope_frequencies"] = np.stack([freqs[1, i], freqs[0, i]])
+    return _packed_swiglu(out)
+
+
 # ------------------------------------------------------------------ weights
 _BLOCK = "Transformer/encoderblock_{}/"
 _ATTENTION = _BLOCK + "MultiHeadDotProductAttention_1/"
@@ -621,6 +871,16 @@ RULES = (
     ("blocks.{i}.norm1.bias", _BLOCK + "LayerNorm_0/bias", _same),
     ("blocks.{i}.attn.qkv.weight", tuple(k.replace("{kind}", "kernel") for k in _QKV), _qkv_kernel),
     ("blocks.{i}.attn.qkv.bias", tuple(k.replace("{kind}", "bias") for k in _QKV), _qkv_bias),
+    # Eva's query and value biases (qkv_bias='qv'; the key's is a fixed zero).
+    ("blocks.{i}.attn.q_bias", _ATTENTION + "query/bias", _q_bias),
+    ("blocks.{i}.attn.v_bias", _ATTENTION + "value/bias", _q_bias),
+    # keras_vit extension keys: Eva's norms inside attention and the MLP, RoPE-Mixed's frequencies of one block
+    # (rows y, x: `rope.freqs` is split by `_from_eva`).
+    ("blocks.{i}.attn.norm.weight", _ATTENTION + "out_norm/scale", _same),
+    ("blocks.{i}.attn.norm.bias", _ATTENTION + "out_norm/bias", _same),
+    ("blocks.{i}.mlp.norm.weight", _MLP + "norm/scale", _same),
+    ("blocks.{i}.mlp.norm.bias", _MLP + "norm/bias", _same),
+    ("blocks.{i}.attn.rope_frequencies", _ATTENTION + "rope_frequencies", _same),
     ("blocks.{i}.attn.proj.weight", _ATTENTION + "out/kernel", _out_kernel),
     ("blocks.{i}.attn.proj.bias", _ATTENTION + "out/bias", _same),
     ("blocks.{i}.norm2.weight", _BLOCK + "LayerNorm_2/scale", _same),
@@ -686,6 +946,14 @@ def _expected_shapes(config, proj_bias=True):
              "mlp.fc1.weight": (fc1, width), "mlp.fc2.weight": (width, mlp)}
     if config.qkv_bias == "all":
         block["attn.qkv.bias"] = (3 * width,)
+    if config.qkv_bias == "qv":  # Eva's q_bias and v_bias; the key's is a fixed zero
+        block.update({"attn.q_bias": (width,), "attn.v_bias": (width,)})
+    if config.attention_norm:
+        block.update(_norm_shapes("attn.norm", width, config))
+    if config.mlp_norm:
+        block.update(_norm_shapes("mlp.norm", mlp, config))
+    if config.rotary_embedding == "rope_mixed":  # `rope.freqs` (2, depth, heads, head_dim / 2), per block
+        block["attn.rope_frequencies"] = (2, config.num_heads, width // config.num_heads // 2)
     if proj_bias:
         block.update({"attn.proj.bias": (width,), "mlp.fc1.bias": (fc1,), "mlp.fc2.bias": (width,)})
     if config.qk_norm:
@@ -789,9 +1057,45 @@ def write(model, directory):
     config = getattr(model, "vit_config", None)
     if config is None:
         raise ValueError(f"The model {model.name!r} carries no ViTConfig; build it with keras_vit.ViT")
+    eva = config.rotary_embedding is not None  # timm's Eva class: EVA02, DINOv3, RoPE-ViT
+    architecture, problems = _eva_architecture(config) if eva else _vit_architecture(config)
+    if problems:
+        raise ValueError(f"timm's {'Eva' if eva else 'VisionTransformer'} cannot represent this model: "
+                         + "; ".join(problems))
+    refuse_non_empty_directory(directory, "A timm model directory")
+    arrays = {}
+    for path_in_model, weight, block in entries(model):
+        value = np.asarray(weight.numpy(), np.float32)
+        arrays[official_key(path_in_model)[0]] = value if block is None else value[block]
+    bad = non_finite_keys(arrays)
+    if bad:
+        raise ValueError(non_finite_message(bad, f"The model {model.name!r}") + f"; nothing was written to {directory}")
+    tensors = {}
+    for name, keys, transform in RULES:
+        if name in ("blocks.{i}.attn.q_bias", "blocks.{i}.attn.v_bias") and config.qkv_bias != "qv":
+            continue  # the query's and value's biases of qkv.bias
+        for i in range(config.num_layers) if "{i}" in name else (None,):
+            parts = tuple(key.format(i) for key in ((keys,) if isinstance(keys, str) else keys))
+            if all(part in arrays for part in parts):
+                value = arrays[parts[0]] if isinstance(keys, str) else tuple(arrays[p] for p in parts)
+                tensors[name.format(i=i)] = np.ascontiguousarray(_INVERSES[transform](value))
+    if eva:
+        tensors, written = _to_eva(tensors, config), _written_eva_config(config, architecture)
+    else:
+        tensors, written = _vit_tensors_and_config(tensors, config, architecture)
+    os.makedirs(directory, exist_ok=True)
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(written, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return directory
+
+
+def _vit_architecture(config):
+    """`(architecture, problems)` of writing `config` as timm's VisionTransformer."""
     problems = [f"{name}={getattr(config, name)!r} (timm: {value!r})" for name, value in (
-        ("representation_size", None), ("resnet_num_layers", None), ("projection_dim", None))
-        if getattr(config, name) != value]
+        ("representation_size", None), ("resnet_num_layers", None), ("projection_dim", None),
+        ("attention_norm", False), ("mlp_norm", False)) if getattr(config, name) != value]
     if config.classifier == "token_and_gap":
         problems.append("classifier='token_and_gap' (timm: 'token', 'gap' or 'map')")
     if config.position_embedding not in ("learned_1d", "none"):
@@ -804,23 +1108,11 @@ def write(model, directory):
     architecture, why = _written_architecture(config)
     if why:
         problems.append(why)
-    if problems:
-        raise ValueError("timm's VisionTransformer cannot represent this model: " + "; ".join(problems))
-    refuse_non_empty_directory(directory, "A timm model directory")
-    arrays = {}
-    for path_in_model, weight, block in entries(model):
-        value = np.asarray(weight.numpy(), np.float32)
-        arrays[official_key(path_in_model)[0]] = value if block is None else value[block]
-    bad = non_finite_keys(arrays)
-    if bad:
-        raise ValueError(non_finite_message(bad, f"The model {model.name!r}") + f"; nothing was written to {directory}")
-    tensors = {}
-    for name, keys, transform in RULES:
-        for i in range(config.num_layers) if "{i}" in name else (None,):
-            parts = tuple(key.format(i) for key in ((keys,) if isinstance(keys, str) else keys))
-            if all(part in arrays for part in parts):
-                value = arrays[parts[0]] if isinstance(keys, str) else tuple(arrays[p] for p in parts)
-                tensors[name.format(i=i)] = np.ascontiguousarray(_INVERSES[transform](value))
+    return architecture, problems
+
+
+def _vit_tensors_and_config(tensors, config, architecture):
+    """VisionTransformer's tensors (of RULES' names) and config.json."""
     if architecture.startswith("aimv2"):  # timm's SwiGLU holds the gate and the value apart
         tensors = _split_swiglu(tensors)
     # Projection biases all zero are written as none (timm's proj_bias=False, AIMv2's): the same function, and
@@ -829,12 +1121,7 @@ def write(model, directory):
     proj_bias = any(np.any(tensors[n]) for n in biases)
     if not proj_bias:
         tensors = {n: t for n, t in tensors.items() if n not in biases}
-    os.makedirs(directory, exist_ok=True)
-    write_safetensors(os.path.join(directory, "model.safetensors"), tensors)
-    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(_written_config(config, proj_bias), f, indent=2, sort_keys=True)
-        f.write("\n")
-    return directory
+    return tensors, _written_config(config, proj_bias)
 
 
 def _split_swiglu(tensors):
@@ -900,12 +1187,107 @@ def _written_config(config, proj_bias=True):
         config.activation, "gelu_tanh" if config.gelu_approximate else "gelu")
     if config.distilled:
         del args["reg_tokens"]
+    return _written(config, architecture, args)
+
+
+def _written(config, architecture, args):
+    """config.json of `architecture` built with `args`: timm's `save_for_hf` layout."""
     return dict(
         architecture=architecture, num_classes=config.classes, num_features=config.hidden_size,
         global_pool=args["global_pool"], model_args=args,
-        pretrained_cfg=dict(input_size=[config.channels, *size], fixed_input_size=not config.dynamic_image_size,
-                            interpolation="bicubic", crop_pct=1.0, crop_mode="center",
-                            mean=list(config.input_mean), std=list(config.input_std), num_classes=config.classes,
-                            first_conv="patch_embed.proj",
+        pretrained_cfg=dict(input_size=[config.channels, *config.image_size],
+                            fixed_input_size=not config.dynamic_image_size, interpolation="bicubic", crop_pct=1.0,
+                            crop_mode="center", mean=list(config.input_mean), std=list(config.input_std),
+                            num_classes=config.classes, first_conv="patch_embed.proj",
                             classifier=["head", "head_dist"] if config.distilled else "head"),
     )
+
+
+# timm's Eva architectures keras_vit writes, by rotary kind and epsilon (each's LayerNorm is the one thing
+# model_args cannot set); every other argument is in model_args.
+_WRITTEN_EVA = {("rope_eva", 1e-6): "eva02_base_patch14_224", ("rope_axial", 1e-6): "vit_base_patch16_rope_224",
+                ("rope_mixed", 1e-6): "vit_base_patch16_rope_mixed_224",
+                ("rope_dinov3", 1e-5): "vit_base_patch16_dinov3"}
+_WRITTEN_EVA_BY_EPS = {1e-6: "eva02_base_patch14_224", 1e-5: "vit_base_patch16_dinov3"}
+_ROPE_ARGS = {"rope_eva": ("cat", "ij"), "rope_axial": ("cat", "xy"), "rope_mixed": ("mixed", "xy"),
+              "rope_dinov3": ("dinov3", "ij")}
+
+
+def _eva_architecture(config):
+    """`(architecture, problems)` of writing `config` (with rotary positions) as timm's Eva."""
+    problems = [f"{name}={getattr(config, name)!r} (timm's Eva: {value!r})" for name, value in (
+        ("representation_size", None), ("resnet_num_layers", None), ("projection_dim", None), ("distilled", False),
+        ("norm_layer", "layer_norm"), ("patch_norm", False)) if getattr(config, name) != value]
+    if config.classifier not in ("token", "gap"):
+        problems.append(f"classifier={config.classifier!r} (timm's Eva: 'token' or 'gap')")
+    if config.position_embedding not in ("learned_1d", "none"):
+        problems.append(f"position_embedding={config.position_embedding!r} (timm's Eva: 'learned_1d' or 'none')")
+    if config.norm_pre == config.patch_bias:  # Eva's use_pre_transformer_norm drops the patch bias, and only it
+        problems.append(f"norm_pre={config.norm_pre} with patch_bias={config.patch_bias} (timm's Eva: "
+                        "use_pre_transformer_norm=True without a patch bias, or neither)")
+    if (config.activation, config.gelu_approximate) != (("silu", False) if config.gated_mlp else ("gelu", False)):
+        problems.append(f"activation={config.activation!r} with gelu_approximate={config.gelu_approximate} and "
+                        f"gated_mlp={config.gated_mlp} (timm's Eva: SwiGLU, or an MLP with exact GELU)")
+    eps = config.layer_norm_epsilon
+    architecture = _WRITTEN_EVA.get((config.rotary_embedding, eps)) or _WRITTEN_EVA_BY_EPS.get(eps)
+    if architecture is None:
+        problems.append(f"layer_norm_epsilon={eps} (timm's Eva builders: {sorted(_WRITTEN_EVA_BY_EPS)})")
+    return architecture, problems
+
+
+def _split_eva_mlp(config):
+    """Whether timm's Eva holds `config`'s gated MLP as SwiGLU's fc1_g / fc1_x (with EVA02's sub-LN, or DINOv3's
+    aligned width) rather than GluMlp's packed fc1 (EVA02 tiny and small), as timm's registered models do."""
+    return config.gated_mlp and (config.mlp_norm or config.rotary_embedding == "rope_dinov3")
+
+
+def _to_eva(tensors, config):
+    """The inverse of `_from_eva`: q/k/v projections apart where timm's registered models have them (with the
+    MLP's sub-LN: EVA02 base, large, CLIP), gammas, SwiGLU's halves, one `rope.freqs` (2, depth, heads, hd / 2)."""
+    separate = config.mlp_norm
+    out, frequencies = {}, {}
+    for name, value in tensors.items():
+        match = re.fullmatch(r"(blocks\.(\d+)\.)(.*)", name)
+        prefix, rest = (match.group(1), match.group(3)) if match else ("", name)
+        if rest in ("ls1.gamma", "ls2.gamma"):
+            out[f"{prefix}gamma_{rest[2]}"] = value
+        elif rest == "attn.rope_frequencies":
+            frequencies[int(match.group(2))] = value
+        elif separate and rest in ("attn.qkv.weight", "attn.qkv.bias"):
+            for part, piece in zip("qkv", np.split(value, 3), strict=True):
+                out[f"{prefix}attn.{part}_proj.{rest.rpartition('.')[2]}"] = piece
+        elif separate and rest in ("attn.q_bias", "attn.v_bias"):
+            out[f"{prefix}attn.{rest[5]}_proj.bias"] = value
+        else:
+            out[name] = value
+    if frequencies:  # timm's index 0 turns by x (columns), 1 by y (rows)
+        blocks = [frequencies[i] for i in range(config.num_layers)]
+        out["rope.freqs"] = np.stack([np.stack([f[1] for f in blocks]), np.stack([f[0] for f in blocks])])
+    return _split_swiglu(out) if _split_eva_mlp(config) else out
+
+
+def _written_eva_config(config, architecture):
+    """timm's `config.json` of an Eva model: `architecture` for its LayerNorm, every other argument in
+    `model_args` (the RoPE settings included, which timm's own files leave to the name)."""
+    kind = config.rotary_embedding
+    rope_type, indexing = _ROPE_ARGS[kind]
+    split = _split_eva_mlp(config)
+    args = dict(
+        img_size=list(config.image_size), patch_size=list(config.patch_size), in_chans=config.channels,
+        embed_dim=config.hidden_size, depth=config.num_layers, num_heads=config.num_heads,
+        mlp_ratio=_mlp_ratio(config.hidden_size, config.mlp_dim), num_classes=config.classes,
+        global_pool=_WRITTEN_POOLS[config.classifier], class_token=config.class_token,
+        num_reg_tokens=config.num_register_tokens, no_embed_class=config.no_embed_class,
+        use_abs_pos_emb=config.position_embedding == "learned_1d", qkv_bias=config.qkv_bias != "none",
+        qkv_fused=not config.mlp_norm, attn_type="rope" if config.qkv_bias == "all" else "eva",
+        qk_norm=config.qk_norm, swiglu_mlp=config.gated_mlp,
+        # SwiGLU (split) without its norm only where an alignment is set; 1 keeps the width.
+        swiglu_align_to=1 if split and not config.mlp_norm else 0, scale_mlp=config.mlp_norm,
+        scale_attn_inner=config.attention_norm, init_values=config.layer_scale_init,
+        use_pre_transformer_norm=config.norm_pre, use_fc_norm=config.fc_norm,
+        dynamic_img_size=config.dynamic_image_size, use_rot_pos_emb=True, rope_type=rope_type,
+        rope_temperature=rotary.THETAS[kind] if config.rope_theta is None else config.rope_theta,
+        rope_grid_indexing=indexing, rope_rotate_half=kind == "rope_dinov3",
+        ref_feat_shape=list(config.rope_reference_grid) if kind == "rope_eva" else None,
+    )
+    return _written(config, architecture, args)

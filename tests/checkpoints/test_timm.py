@@ -308,7 +308,7 @@ def test_a_qkv_bias_missing_from_a_biased_model_is_refused(tmp_path):
 
 
 CONFIG_CHANGES = (  # a change to augreg's config.json, what the message must say
-    (dict(architecture="eva02_base_patch14_224"), r"architecture 'eva02_base_patch14_224' is not"),
+    (dict(architecture="eva_giant_patch14_224"), r"architecture 'eva_giant_patch14_224' is not"),
     (dict(model_args=dict(scale_attn_norm=True)), r"model_args \{'scale_attn_norm': True\}.*cannot represent"),
     (dict(model_args=dict(global_pool="max")), r"global_pool='max'"),
     (dict(model_args=dict(global_pool="map")), r"says map_head=True but the weights have map_head=False"),
