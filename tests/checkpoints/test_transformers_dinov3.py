@@ -250,3 +250,11 @@ def _refused(tmp_path, fields, message):
 ])
 def test_models_dinov3_cannot_represent_are_refused_by_name(tmp_path, fields, message):
     _refused(tmp_path, fields, message)
+
+
+def test_a_lone_dinov3_file_asks_for_its_folder(tmp_path):
+    # Its heads, epsilon, activation, biases and theta are in config.json only.
+    lone = tmp_path / "model.safetensors"
+    shutil.copy(os.path.join(ROPE, "hf_dinov3", "model.safetensors"), lone)
+    with pytest.raises(ValueError, match=r"holds transformers tensors .* expected its folder, with the config\.json"):
+        keras_vit.ViT.from_checkpoint(lone)
