@@ -137,6 +137,10 @@ def test_rotary_models_timm_cannot_represent_are_refused(tmp_path):
         with pytest.raises(ValueError, match=r"timm's Eva cannot represent this model: .*" + message):
             checkpoints.save_timm(keras_vit.ViT(**SMALL, rotary_embedding="rope_axial", **fields),
                                   str(tmp_path / "x"))
+    # Without rotary positions a model is written as VisionTransformer, which has no place for EVA02's norms.
+    with pytest.raises(ValueError, match=r"timm's VisionTransformer cannot represent this model: "
+                                         r"attention_norm=True \(timm: False\); mlp_norm=True \(timm: False\)"):
+        checkpoints.save_timm(keras_vit.ViT(**SMALL, attention_norm=True, mlp_norm=True), str(tmp_path / "x"))
     assert not (tmp_path / "x").exists()
 
 
