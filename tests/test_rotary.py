@@ -181,3 +181,16 @@ def test_rotary_fields_that_do_not_fit_are_refused_by_name(fields, message):
 def test_evas_reference_grid_is_fixed_when_the_config_is_made():
     config = keras_vit.ViTConfig(**{k: v for k, v in TINY.items() if k != "classes"}, rotary_embedding="rope_eva")
     assert config.rope_reference_grid == (2, 3) and config.replace(image_size=32).rope_reference_grid == (2, 3)
+
+
+def test_rollout_and_attention_distance_read_a_rotary_models_run_time_grid():
+    """DINOv3's kind: no table, registers, any size; the analyses take the grid of the images they are given."""
+    model = keras_vit.ViT(**{**TINY, "classes": 3}, rotary_embedding="rope_dinov3", num_register_tokens=2,
+                          dynamic_image_size=True)
+    randomize_weights(model)
+    images = np.random.default_rng(4).uniform(-1, 1, (1, 24, 16, 3)).astype("float32")
+    maps = np.asarray(keras_vit.analysis.attention_maps(model, images))
+    assert maps.shape == (2, 1, 2, 27, 27)  # class token, 2 registers, 6 x 4 patches
+    assert np.asarray(keras_vit.analysis.rollout_map(model, images)).shape == (1, 24, 16)
+    distances = keras_vit.analysis.mean_attention_distance(maps, (6, 4), 4, 3)
+    assert distances.shape == (2, 2) and np.all((distances > 0) & (distances < 4 * np.hypot(6, 4)))
