@@ -421,6 +421,34 @@ def remat_memory_region(results):
                       "step s remat", "step time"], rows))
 
 
+# --- benchmarks.rope_inference
+
+def rope_inference_region(results):
+    data = _load(results, "rope_inference_cpu.json")
+    baseline = data["results"][0]["model"]
+    rows = [[r["model"], r["position_embedding"], r["rotary_embedding"] or "-", _MET[r["dynamic_image_size"]],
+             _spread(r["ms"], "{:.0f}"), f"{_spread(r['ratio'])}x", f"{_spread(r['cpu_ratio'])}x"]
+            + (["-", "-", "-"] if r.get("diagnosis") else
+               [_spread(r["first_call_s"], "{:.1f}"), f"{_spread(r['first_call_ratio'])}x",
+                "-" if r["model"] == baseline else _MET[r["met"]]])
+            for r in data["results"]]
+    diagnosis = ("; a row ending in \"no rotation\" is a diagnosis, that model traced with each block's rotation "
+                 "skipped (`--without_rotation`)" if any(r.get("diagnosis") for r in data["results"]) else "")
+    gemms = [r["gemm_gflops"] for r in data["steady_rounds"]]
+    verdict = "met" if data["summary"]["met"] else "not met"
+    return (f"{_provenance('rope_inference_cpu.json', data)}; {data['variant']} inference at {data['image_size']} "
+            f"px, batch {data['batch']}, float32, `{data['form']}` (`benchmarks.run`'s "
+            f"\"keras_vit {'XLA' if data['jit_compile'] else 'graph'}\" form), {data['threads']} threads; "
+            f"{len(data['steady_rounds'])} rounds, each starting with numpy's GEMM ({min(gemms):.0f}-{max(gemms):.0f} "
+            f"GFLOP/s), the models taking turns call by call, {data['calls']} timed calls each per round (their "
+            f"median). Steady: milliseconds per batch, and the ratio to the learned_1d model within each round, of "
+            f"wall time and of the process's CPU time (less disturbed by others' load); first call: build, trace and "
+            f"first answer in a fresh process per model ({data['rounds']} each), and its ratio to the learned_1d "
+            f"model's in the same turn; median (min-max){diagnosis}. The target ({data['target']}) is {verdict}.\n\n"
+            + _table(["model", "position_embedding", "rotary_embedding", "dynamic", "ms", "x learned_1d",
+                      "CPU time x", "first call s", "first call x", "met"], rows))
+
+
 # --- benchmarks.input_pipeline
 
 # The host cores a TPU v4-8 needs, from what we measured per core and what the chips would consume. No
@@ -634,6 +662,7 @@ REGIONS = {
     "digits-pretraining": digits_pretraining_region,
     "input-pipeline": input_pipeline_region,
     "remat-memory": remat_memory_region,
+    "rope-inference": rope_inference_region,
     "fewshot-digits": fewshot_region,
     "main-job": main_job_region,
     "main-job-seeds": main_job_seeds_region,
@@ -662,6 +691,7 @@ SOURCES = {
     "digits-pretraining": ("digits_pretraining.json",),
     "input-pipeline": ("input_pipeline_cpu.json",),
     "remat-memory": ("remat_memory_cpu.json",),
+    "rope-inference": ("rope_inference_cpu.json",),
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
