@@ -81,7 +81,8 @@ SHELL = (
     # positions resized on load): the same code and files, in seconds.
     (r"(-m trainers\.train --dataset=folder:my_images .*) --train_steps=300$",
      r"\1 --train_steps=2 --steps_per_execution=1 --image_size=32", None),
-    (r"/srv/models", "srv/models", "the docs' serving folder, kept inside the suite's working folder"),
+    (r"/srv/models", "serving", "the guide's TF Serving folder: the README's, inside the suite's working folder, where "
+     "the README's digits export stands for the guide's (tests/test_docs.py)"),
     # The main job's full run is the README's own figure (benchmarks); a short run writes the same files.
     (r"(-m trainers\.train --model_dir=runs/digits)$", r"\1 --train_steps=60 --checkpoint_every=30", None),
 )

@@ -65,6 +65,23 @@ def test_shell_commands_split_and_substitute():
                                    ".venv/bin/python -m pytest -q") is None
 
 
+def test_a_guide_block_left_to_the_readme_repeats_its_commands():
+    """A guide's block that repeats the README's commands (the digits export, the digit PNGs) is left to the README's
+    run: each of its commands, after the substitution table (which gives the guide's serving folder the README's
+    name), is one of the README's run commands, but for its comment."""
+    def run_commands(block):
+        return [re.sub(r"\s+#[^'\"]*$", "", docs_blocks.substituted(c)) for c in docs_blocks.commands(block.text)
+                if docs_blocks.substituted(c) is not None]
+
+    readme = {c for b in docs_blocks.blocks(ROOT / "README.md") if b.lang == "bash" and not b.marker
+              for c in run_commands(b)}
+    left = [b for b in all_blocks() if b.marker and b.marker.group("test").endswith(
+        "::test_a_guide_block_left_to_the_readme_repeats_its_commands")]
+    assert {b.where.split(":")[0] for b in left} == {"docs/serving.md"} and len(left) == 2
+    for block in left:
+        assert run_commands(block) and set(run_commands(block)) <= readme, (block.where, run_commands(block))
+
+
 @pytest.fixture(scope="module")
 def user(tmp_path_factory):
     """A user's working folder with the files the docs assume, and `python` on PATH."""
@@ -104,7 +121,6 @@ for variant, tag, local in (("B/16", "augreg_in21k_ft_in1k", "ViT-B_16.npz"),
 fixtures = pathlib.Path(os.environ["PYTHONPATH"]) / "tests" / "fixtures"
 shutil.copytree(fixtures / "timm" / "deit", "hf/deit_tiny_patch16_224")           # a timm hub folder
 shutil.copy(fixtures / "token.npz", "finetuned.npz")                              # a small official file
-pathlib.Path("labels.txt").write_text("".join(f"digit {k}\n" for k in range(10)))
 rng = np.random.default_rng(0)
 tf.io.write_file("photo.jpg", tf.io.encode_jpeg(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)))
 tf.io.write_file("digit.png", tf.io.encode_png(rng.integers(0, 17, (8, 8, 1), dtype=np.uint8) * 15))
@@ -195,7 +211,7 @@ def _free_port():
 def test_rest_and_grpc_examples_answer_through_the_cpp_loader(user):
     """docs/serving.md's curl and gRPC examples, verbatim but for the ports, against the exported digits."""
     folder, env = user
-    base = folder / "srv/models/digits"
+    base = folder / "serving/digits"  # the README's export, which the guide's first command stands for
     assert base.is_dir(), "the guides' export runs first (test_readme_and_guides_run_in_order)"
     rest, grpc_port = _free_port(), _free_port()
     server = subprocess.Popen([sys.executable, "-m", "tests.serving_stand_in", "--model=digits",
