@@ -62,6 +62,8 @@ def reference_block(kind, x, w, grid, prefix, eps=1e-6):
     h = reference.norm(x, w, "norm_1", eps)
     q, k, v = (np.einsum("btd,dhk->bthk", h, w[f"{n}_kernel"]) + w.get(f"{n}_bias", 0.0)
                for n in ("query", "key", "value"))
+    if "query_norm/gamma" in w:  # q/k norm, then the turn
+        q, k = reference.norm(q, w, "query_norm", eps), reference.norm(k, w, "key_norm", eps)
     angles = reference_angles(kind, *grid, q.shape[-1], w.get("rope_frequencies"))
     q, k = turned(kind, q, angles, prefix), turned(kind, k, angles, prefix)
     weights = reference.softmax(np.einsum("bqhk,bthk->bhqt", q / np.sqrt(q.shape[-1]), k))
@@ -75,13 +77,15 @@ def reference_block(kind, x, w, grid, prefix, eps=1e-6):
     return x + y @ w["dense_2/kernel"] + w["dense_2/bias"]
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_each_kind_turns_queries_and_keys_as_its_family_does(tmp_path, kind):
+@pytest.mark.parametrize("kind, qk_norm", [(kind, False) for kind in KINDS] + [("rope_axial", True)])
+def test_each_kind_turns_queries_and_keys_as_its_family_does(tmp_path, kind, qk_norm):
     """A block on a 2 x 3 grid behind a class token and a register, weights far from their starts; EVA's with the
-    norms inside its attention and MLP. Its config, `.keras` round trip and gradients by check_layer."""
+    norms inside its attention and MLP; adjacent pairs behind a q/k norm, moved into halves after it. Its config,
+    `.keras` round trip and gradients by check_layer."""
     eva = kind == "rope_eva"
     block = EncoderBlock(num_heads=2, mlp_dim=24, rotary_embedding=kind, grid_size=(2, 3), num_prefix_tokens=2,
-                         rope_reference_grid=(16, 16) if eva else None, attention_norm=eva, mlp_norm=eva)
+                         rope_reference_grid=(16, 16) if eva else None, attention_norm=eva, mlp_norm=eva,
+                         qk_norm=qk_norm)
     tokens = np.random.default_rng(1).normal(size=(2, 8, 16)).astype("float32")
     block(tokens)
     randomize_weights(block)
@@ -91,7 +95,7 @@ def test_each_kind_turns_queries_and_keys_as_its_family_does(tmp_path, kind):
     np.testing.assert_allclose(np.asarray(block(tokens)), expected, atol=2e-5)
     unturned = EncoderBlock.from_config({**block.get_config(), "rotary_embedding": None, "rope_reference_grid": None})
     unturned(tokens)
-    unturned.set_weights([w for w in block.get_weights() if w.shape != (2, 2, 4)])
+    unturned.set_weights([w for w in block.get_weights() if w.shape != (2, 2, 4)])  # all but the frequencies
     assert np.abs(np.asarray(unturned(tokens)) - expected).max() > 1e-2  # the positions matter
     check_layer(block, tmp_path, tokens)  # the key's bias too: turned per token, it is no longer a shift softmax drops
 
@@ -103,6 +107,9 @@ def test_pairs_given_back_in_halves_leave_every_logit_as_it_is():
     for kind in ("rope_axial", "rope_dinov3"):
         cos, sin = np.cos(angles).transpose(1, 0, 2), np.sin(angles).transpose(1, 0, 2)
         ours = [np.asarray(rotary.rotate(kind, t, cos, sin)) for t in (q, k)]
+        ours_from_halves = [np.asarray(rotary.rotate(kind, np.asarray(rotary.halves_first(kind, t)), cos, sin,
+                                                     in_halves=True)) for t in (q, k)]
+        np.testing.assert_allclose(ours_from_halves[0], ours[0], atol=1e-12)
         theirs = [turned(kind, t, angles, 0) for t in (q, k)]
         np.testing.assert_allclose(np.einsum("bqhd,bkhd->bhqk", *ours), np.einsum("bqhd,bkhd->bhqk", *theirs),
                                    atol=1e-10)

@@ -273,10 +273,17 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
 
     def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None, coordinates=None):
+        # Queries and keys come out with each rotary pair in halves where no norm sits before the turn.
+        in_halves = bool(self.rotary_embedding) and not self.qk_norm
+
         def project(name, tokens):
-            projected = ops.einsum("btd,dhk->bthk", tokens, getattr(self, f"{name}_kernel"))
+            def weight(kind):
+                w = getattr(self, f"{name}_{kind}")
+                return rotary.halves_first(self.rotary_embedding, w) if in_halves and name != "value" else w
+
+            projected = ops.einsum("btd,dhk->bthk", tokens, weight("kernel"))
             if name in self._biased:
-                projected = projected + getattr(self, f"{name}_bias")
+                projected = projected + weight("bias")
             normed = {"query": self.query_norm, "key": self.key_norm}.get(name)
             return normed(projected) if normed is not None else projected
 
@@ -291,8 +298,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             cos, sin = self.rotary_tables(coordinates, query.dtype)
             asked = query.shape[1] if query_tokens is None else query_tokens
             query = rotary.rotate(self.rotary_embedding, query, cos[:asked] if query_tokens else cos,
-                                  sin[:asked] if query_tokens else sin)
-            key = rotary.rotate(self.rotary_embedding, key, cos, sin)
+                                  sin[:asked] if query_tokens else sin, in_halves)
+            key = rotary.rotate(self.rotary_embedding, key, cos, sin, in_halves)
         fused = None
         weights_needed = training and self.attention_dropout_rate  # dropout on them
         # cuDNN's padded path takes as many queries as keys: a subset of queries runs unfused.

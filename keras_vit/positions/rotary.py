@@ -21,8 +21,12 @@ turned. The kinds differ in three things:
 
 The logits `q . k` are all that attention reads of the turned queries and
 keys, and they do not change when q and k have their channels reordered
-alike: `rotate` gives each pair's two channels back in two halves whatever
-the pairing, so both pairings cost the same elementwise work and no matmul.
+alike. So adjacent pairs are moved into halves before the turn: in the
+query and key projections' weights (`halves_first`, a transpose of a
+weight), where no norm sits between projection and turn, else in the
+projected tokens by strided slices (which cost TensorFlow's CPU graph more
+than a projection: docs/performance.md, "Rotary positions"). `rotate` then
+turns the halves' channels, the same elementwise work for every kind.
 """
 
 import math
@@ -118,15 +122,27 @@ def angles(coordinates_, frequency_matrix):
     return ops.einsum("tc,chp->thp", coordinates_, frequency_matrix)
 
 
-def pair_halves(name, x):
-    """The two channels of each pair of `x` (`(..., head_dim)`), as two `(..., head_dim / 2)` halves."""
-    if name == "rope_dinov3":
-        half = x.shape[-1] // 2
-        return x[..., :half], x[..., half:]
-    return x[..., 0::2], x[..., 1::2]
+def pairs_adjacent(name):
+    """Whether kind `name` pairs adjacent channels (2i, 2i + 1), rather than the halves' (i, i + head_dim / 2)."""
+    return name != "rope_dinov3"
 
 
-def rotate(name, x, cos, sin):
-    """`x` (`(batch, tokens, heads, head_dim)`) with each pair turned; the pairs' channels come back in halves."""
-    first, second = pair_halves(name, x)
+def halves_first(name, weight):
+    """A projection's `weight` (`(..., head_dim)`, static shape) with each pair's channels moved into two halves, so
+    its output is in `rotate`'s order; as it is for a kind that pairs the halves."""
+    if not pairs_adjacent(name):
+        return weight
+    *leading, head_dim = weight.shape
+    pairs = ops.reshape(weight, (*leading, head_dim // 2, 2))
+    return ops.reshape(ops.swapaxes(pairs, -1, -2), (*leading, head_dim))
+
+
+def rotate(name, x, cos, sin, in_halves=False):
+    """`x` (`(batch, tokens, heads, head_dim)`) with each pair turned; the pairs' channels come back in halves.
+    `in_halves`: `x` is already in halves (`halves_first` projections), else adjacent pairs are sliced apart."""
+    half = x.shape[-1] // 2
+    if in_halves or not pairs_adjacent(name):
+        first, second = x[..., :half], x[..., half:]
+    else:
+        first, second = x[..., 0::2], x[..., 1::2]
     return ops.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
