@@ -66,17 +66,25 @@ EXTRA_CASES = {
     "timm_qk_norm": ("families/timm_qk_norm", "families/timm_qk_norm_io.npz", "outputs"),
     "hf_dinov2_registers": ("families/hf_dinov2_registers", "families/hf_dinov2_registers_io.npz", "pooler_output"),
     "hf_siglip_vision": ("families/hf_siglip_vision", "families/hf_siglip_vision_io.npz", "pooler_output"),
+    # Issue 51's rotary families, every fixture: timm's EVA02, DINOv3, RoPE-ViT and SBB, transformers' DINOv3.
+    **{case: (f"rope/{case}", f"rope/{case}_io.npz", "pooler_output" if case.startswith("hf_") else "outputs")
+       for case in ("timm_eva02_tiny", "timm_eva02_base", "timm_eva02_clip", "timm_dinov3", "timm_dinov3_plus_qkvb",
+                    "timm_rope_axial", "timm_rope_mixed", "timm_rope_mixed_ape", "timm_rope_reg1_gap", "hf_dinov3",
+                    "hf_dinov3_gated")},
 }
-# The dtype each family fixture was written in (tests/fixtures/families/cases.json).
-FAMILY_DTYPES = {case: facts.get("dtype") for case, facts in json.loads(
-    (FIXTURES / "families" / "cases.json").read_text())["cases"].items()}
+# The dtype each family fixture was written in (tests/fixtures/{families,rope}/cases.json).
+FAMILY_DTYPES = {case: facts.get("dtype") for folder in ("families", "rope") for case, facts in json.loads(
+    (FIXTURES / folder / "cases.json").read_text())["cases"].items()}
+LATER_FAMILIES = ("families/", "rope/")
 BACKENDS = ("tensorflow", "jax", "torch")
 # A tiny ViT for training and the `.keras` round trip; dropout and stochastic depth on, so a file must keep them
 # and inference must leave them out.
 TINY = dict(patch_size=4, hidden_size=16, mlp_dim=32, num_heads=2, num_layers=2, image_size=8, classes=2,
             classifier_activation=None, dropout_rate=0.1, drop_path_rate=0.1)
-# The `.keras` round trip's encoders: `EncoderBlock`s, and `ScannedEncoder`'s stacked weights.
-ENCODERS = {"unrolled": False, "scan": True}
+# The `.keras` round trip's encoders: `EncoderBlock`s, `ScannedEncoder`'s stacked weights, and rotary positions
+# learned per block on a run-time grid (the coordinates and angles computed in each backend's graph).
+ENCODERS = {"unrolled": {}, "scan": {"scan_layers": True},
+            "rope": {"scan_layers": True, "rotary_embedding": "rope_mixed", "dynamic_image_size": True}}
 
 
 def numpy(x):
@@ -108,13 +116,15 @@ def timm_logits():
 
 def extra_logits():
     """{case: output} of every EXTRA_CASES fixture (transformers, big_vision, registers, MAP), and
-    {"case@48": output} at 48 px of the later families' float32 files (16-bit ones: timm rounds its resized table)."""
+    {"case@48": output} at 48 px of the later families' float32 files and files without a position table (timm
+    rounds a 16-bit file's resized table)."""
     out = {}
     for case, (path, io_name, key) in EXTRA_CASES.items():
         model = keras_vit.ViT.from_checkpoint(FIXTURES / path, classifier_activation=None)
         io = np.load(FIXTURES / io_name)
         out[case] = numpy(model(io["inputs"]))
-        if path.startswith("families/") and f"{key}_48" in io and FAMILY_DTYPES.get(path.split("/")[1]) == "float32":
+        exact_at_48 = FAMILY_DTYPES.get(path.split("/")[1]) == "float32" or "pos_embed_48" not in io
+        if path.startswith(LATER_FAMILIES) and f"{key}_48" in io and exact_at_48:
             bigger = keras_vit.ViT.from_checkpoint(FIXTURES / path, image_size=48, classifier_activation=None)
             out[f"{case}@48"] = numpy(bigger(io["inputs_48"]))
     return out
@@ -173,8 +183,8 @@ def keras_file_images():
 def save_keras_files(directory):
     """Saves random tiny ViTs as `<backend>_<encoder>.keras`; {`saved_<encoder>`: their inference outputs}."""
     out = {}
-    for encoder, scan_layers in ENCODERS.items():
-        model = keras_vit.ViT(**TINY, scan_layers=scan_layers)
+    for encoder, fields in ENCODERS.items():
+        model = keras_vit.ViT(**TINY, **fields)
         rng = np.random.default_rng(2)
         for weight in model.trainable_weights:  # the head starts at zero: every weight random, so all must arrive
             weight.assign(rng.normal(0.0, 0.3, weight.shape).astype("float32"))
@@ -202,11 +212,11 @@ def load_keras_files(directory):
     """{`loaded_<saver>_<encoder>`: outputs} of every other backend's `.keras` files in `directory`, loaded here."""
     out = {}
     for saver in BACKENDS:
-        for encoder, scan_layers in ENCODERS.items():
+        for encoder, fields in ENCODERS.items():
             path = pathlib.Path(directory) / f"{saver}_{encoder}.keras"
             if saver != keras.backend.backend() and path.exists():
                 model = keras.saving.load_model(path)
-                assert model.vit_config == keras_vit.ViT(**TINY, scan_layers=scan_layers).vit_config, path
+                assert model.vit_config == keras_vit.ViT(**TINY, **fields).vit_config, path
                 out[f"loaded_{saver}_{encoder}"] = numpy(model(keras_file_images()))
     return out
 
