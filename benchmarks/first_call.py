@@ -139,16 +139,7 @@ def main(argv):
             rows = {label: measure_keras_vit(variant, key) for key, label in OPTIMIZERS.items()}
             rows["timm"] = measure_timm(timm_python, variant)
             repeats.append(rows)
-        fused, instance = OPTIMIZERS["string"], OPTIMIZERS["instance"]
-        results.append({
-            "variant": variant, "numpy_gemm_gflops": common.summarize(gemm), "runs": repeats,
-            "rows": {label: {stage: common.summarize([rows[label][stage] for rows in repeats])
-                             for stage in STAGES if stage in repeats[0][label]} for label in repeats[0]},
-            # Paired within each repeat.
-            "total_vs_instance": common.summarize([r[fused]["total_s"] / r[instance]["total_s"] for r in repeats]),
-            "total_vs_timm": common.summarize([r[fused]["total_s"] / r["timm"]["total_s"] for r in repeats]),
-            "cpu_total_vs_instance": common.summarize([r[fused]["cpu_s"]["total_s"] / r[instance]["cpu_s"]["total_s"]
-                                                       for r in repeats])})
+        results.append(summarize(variant, gemm, repeats))
     image_size, num_layers = shape()
     payload = {"machine": common.machine(), "settings": {"batch": _BATCH.value, "image_size": image_size,
                                                          "num_layers": num_layers, "threads": _THREADS.value,
@@ -158,6 +149,21 @@ def main(argv):
     print_table(results)
     common.write_json(_OUT.value, payload)
     print(f"wrote {_OUT.value}")
+
+
+def summarize(variant, gemm, repeats):
+    """One variant's result: its runs (`repeats`, a dict of rows each), each stage's median and range over them,
+    and the ratios paired within each run."""
+    fused, instance = OPTIMIZERS["string"], OPTIMIZERS["instance"]
+    return {
+        "variant": variant, "numpy_gemm_gflops": common.summarize(gemm), "runs": repeats,
+        "rows": {label: {stage: common.summarize([rows[label][stage] for rows in repeats])
+                         for stage in STAGES if stage in repeats[0][label]} for label in repeats[0]},
+        # Paired within each repeat.
+        "total_vs_instance": common.summarize([r[fused]["total_s"] / r[instance]["total_s"] for r in repeats]),
+        "total_vs_timm": common.summarize([r[fused]["total_s"] / r["timm"]["total_s"] for r in repeats]),
+        "cpu_total_vs_instance": common.summarize([r[fused]["cpu_s"]["total_s"] / r[instance]["cpu_s"]["total_s"]
+                                                   for r in repeats])}
 
 
 def print_table(results):
