@@ -99,12 +99,25 @@ class Suite:
     # Fresh-process probes run at once: 1 for figures (a probe must have the machine to itself); more
     # only where the figures mean nothing (--tiny, which checks the machinery).
     concurrent_probes: int = 1
+    # Probe every implementation of a task, or (--tiny) one per worker kind, its first: a probe runs the same code
+    # for every row of a side, only the options it passes on differ, and the warm workers run each of those.
+    probe_every_row: bool = True
 
     @property
     def probe_workloads(self):
         """(task, (variant, batch)) of every fresh-process probe: the memory probe, then the compile probes."""
         return ([("inference", self.memory_probe)] if self.memory_probe else []) + [
             ("training", probe) for probe in self.compile_probes]
+
+    def probed(self, task):
+        """The implementations probed for `task`."""
+        rows = [im for im in self.implementations if task in im.tasks]
+        if self.probe_every_row:
+            return rows
+        first = {}
+        for im in rows:
+            first.setdefault(im.impl, im)
+        return list(first.values())
 
 
 _CPU_IMPLEMENTATIONS = (
@@ -149,13 +162,14 @@ SUITES = {
 def shrink(suite):
     """The suite's settings on a seconds-long workload: a 1-layer Ti/16 at 32 px (tests/test_run.py).
 
-    Fresh-process probes only for training: the memory probe is the same probe of another task, and
-    each probe is a process per implementation that pays its framework's import (CI time).
+    Fresh-process probes only for training, and of one implementation per worker kind: the memory probe is the
+    same probe of another task, and each probe is a process that pays its framework's import (CI time).
     """
     return dataclasses.replace(
         suite, threads=min(suite.threads, 2), image_size=32, num_layers=1, matmul_shape=(64, 64, 64),
         inference=(("Ti/16", 1),), training=(("Ti/16", 2),), memory_probe=None,
-        compile_probes=(("Ti/16", 2),) if suite.compile_probes else (), rounds=2, seconds=0.05, concurrent_probes=2)
+        compile_probes=(("Ti/16", 2),) if suite.compile_probes else (), rounds=2, seconds=0.05, concurrent_probes=2,
+        probe_every_row=False)
 
 
 class WorkerProcess:
@@ -321,8 +335,7 @@ def probe(python, impl, threads, **task):
 
 
 def run_probes(suite, pythons):
-    jobs = [(task, variant, batch, im) for task, (variant, batch) in suite.probe_workloads
-            for im in suite.implementations if task in im.tasks]
+    jobs = [(task, variant, batch, im) for task, (variant, batch) in suite.probe_workloads for im in suite.probed(task)]
 
     def measure(job):
         task, variant, batch, im = job

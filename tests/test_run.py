@@ -68,12 +68,26 @@ def check_tiny_suite(suite, backend, folder, result):
         assert set(result["first_call_s_warm_process"]) == labels[result["task"]]
         if runtimes and result["task"] == "inference":  # each row against the faster runtime of its round
             assert max(result["summary"][label]["vs_runtime"]["max"] for label in runtimes) == 1.0
+    # --tiny probes one row per worker kind, its first: keras_vit XLA and timm (Suite.probed).
     assert sorted((p["task"], (p["variant"], p["batch"]), p["implementation"]) for p in payload["probes"]) == sorted(
-        (task, workload, label) for task, workload in probed for label in labels[task])
+        (task, workload, label) for task, workload in probed for label in ("keras_vit XLA", "timm"))
     assert all(p["peak_rss_mb"] > 100 and p["first_call_s"] > p["compile_s"] for p in payload["probes"])
     assert payload["versions"]["timm"]["timm"] and payload["versions"]["keras_vit"]["backend"] == backend
     assert payload["versions"]["keras_vit"][backend] and "gpu" in payload["machine"]
     assert payload["versions"]["keras_vit"]["device"] == payload["versions"]["timm"]["device"] == "cpu"
+
+
+def test_tiny_probes_one_implementation_per_worker_kind_and_a_suite_every_one():
+    """A probe runs the same code for every row of a worker kind (only the options it passes on differ, which the
+    warm workers run): --tiny probes each kind's first row; the suites, every row."""
+    suite = run.SUITES["cpu"]
+    assert [im.label for im in suite.probed("training")] == [
+        "keras_vit XLA", "keras_vit XLA scan", "keras_vit graph", "timm"]
+    assert [im.label for im in suite.probed("inference")] == [im.label for im in suite.implementations]
+    tiny = run.shrink(suite)
+    assert [im.label for im in tiny.probed("training")] == ["keras_vit XLA", "timm"]
+    assert [im.label for im in tiny.probed("inference")] == [
+        "keras_vit XLA", "keras_vit SavedModel", "keras_vit OpenVINO", "timm", "ONNX Runtime", "OpenVINO"]
 
 
 def test_flops_follow_the_stated_formula():
