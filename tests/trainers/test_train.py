@@ -94,10 +94,36 @@ def event_scalars(folder):
     return scalars
 
 
+# The model of the scanned run three tests read.
+SCANNED = ["--scan_layers", "--dropout_rate=0.1", "--num_layers=2"]
+
+
+@pytest.fixture(scope="module")
+def finished_runs(tmp_path_factory, data_dir):
+    """Two finished runs, in processes started together (each pays TensorFlow's import: CI time).
+
+    "trained": 300 steps of a wider model, checkpoints every 100, evaluations every 150; "scanned": the scanned
+    model, 10 steps in blocks of 4, against checkpoints at 6 and evaluations every 3. {name: (result, model_dir)}.
+    """
+    model_dirs = {name: tmp_path_factory.mktemp(name) for name in ("trained", "scanned")}
+    commands = [trainer(model_dirs["trained"], data_dir, "--train_steps=300", "--checkpoint_every=100",
+                        "--hidden_size=64", "--mlp_dim=128", "--num_heads=4", "--eval_every=150"),
+                trainer(model_dirs["scanned"], data_dir, *SCANNED, "--train_steps=10", "--checkpoint_every=6",
+                        "--eval_every=3", "--steps_per_execution=4")]
+    results = run_together([[sys.executable, "-m", *args] for args in commands], cwd=ROOT, env=ENV)
+    return {name: (result, model_dir) for (name, model_dir), result in zip(model_dirs.items(), results, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def scanned_run(finished_runs):
+    result, model_dir = finished_runs["scanned"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result, model_dir
+
+
 @pytest.mark.slow
-def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
-    result = run(trainer(tmp_path, data_dir, "--train_steps=300", "--checkpoint_every=100", "--hidden_size=64",
-                         "--mlp_dim=128", "--num_heads=4", "--eval_every=150"))
+def test_trains_evaluates_and_writes_the_model(finished_runs):
+    result, tmp_path = finished_runs["trained"]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "test top-1" in result.stdout and (tmp_path / "model.keras").exists()
     # One bar for the whole run (a line per 5% in a log), not Keras' per-chunk epochs.
@@ -135,20 +161,6 @@ def test_trains_evaluates_and_writes_the_model(tmp_path, data_dir):
     keras_vit.load_npz(model, tmp_path / "model.npz")
 
 
-# The model of the run three tests read (each run is a process that pays TensorFlow's import: CI time).
-SCANNED = ["--scan_layers", "--dropout_rate=0.1", "--num_layers=2"]
-
-
-@pytest.fixture(scope="module")
-def scanned_run(tmp_path_factory, data_dir):
-    """A finished scanned run: 10 steps in blocks of 4, against checkpoints at 6 and evaluations every 3."""
-    model_dir = tmp_path_factory.mktemp("scanned")
-    result = run(trainer(model_dir, data_dir, *SCANNED, "--train_steps=10", "--checkpoint_every=6",
-                         "--eval_every=3", "--steps_per_execution=4"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result, model_dir
-
-
 def test_chunks_no_multiple_of_steps_per_execution_stop_where_asked(scanned_run):
     # Keras runs whole blocks while data lasts; the trainer stops them where a checkpoint or evaluation falls.
     result, model_dir = scanned_run
@@ -170,9 +182,11 @@ def test_info_lines_only_with_verbosity(refused_runs, verbosity, shown):
 def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_dir):
     # Two checkpoints are enough: the kill falls after the first (step 10), the resume crosses into the second.
     flags = ["--train_steps=20", "--checkpoint_every=10", "--deterministic", "--drop_path_rate=0.1"]
-    whole = run(trainer(tmp_path / "whole", data_dir, *flags))
-    assert whole.returncode == 0, whole.stderr[-3000:]
-
+    # The uninterrupted run goes on beside the killed one and its resumption (CI time); op determinism makes
+    # the weights independent of what else runs.
+    with open(tmp_path / "whole.log", "w") as log:
+        whole = subprocess.Popen([sys.executable, "-m", *trainer(tmp_path / "whole", data_dir, *flags)], cwd=ROOT,
+                                 env=ENV, stdout=log, stderr=subprocess.STDOUT)
     killed_dir = tmp_path / "killed"
     process = subprocess.Popen([sys.executable, "-m", *trainer(killed_dir, data_dir, *flags)], cwd=ROOT,
                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -183,9 +197,11 @@ def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_d
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert process.returncode == -signal.SIGKILL
     assert not (killed_dir / "model.npz").exists(), "the run finished before it could be killed"
 
     resumed = run(trainer(killed_dir, data_dir, *flags))
+    assert whole.wait(timeout=600) == 0, (tmp_path / "whole.log").read_text()[-3000:]
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resumed from" in resumed.stdout
     a, b = final_weights(tmp_path / "whole"), final_weights(killed_dir)
@@ -224,80 +240,25 @@ def test_scan_layers_trains_and_writes_the_unrolled_format(scanned_run):
     assert np.abs(model.get_layer("encoder_block_1").mlp.dense_1.kernel.numpy()).max() > 0
 
 
-@pytest.mark.slow
-def test_mirrored_over_two_cpus_equals_one_device(tmp_path, data_dir):
-    modes = ("one", "mirrored")
-    results = run_together([[sys.executable, "-m", "tests.trainers.worker", str(tmp_path / mode), data_dir, mode,
-                             str(tmp_path / f"{mode}.npz")] for mode in modes], cwd=ROOT, env=ENV)
-    for result in results:
-        assert result.returncode == 0, result.stderr[-3000:]
-    outs = {mode: np.load(tmp_path / f"{mode}.npz") for mode in modes}
-    assert int(outs["one"]["replicas"]) == 1 and int(outs["mirrored"]["replicas"]) == 2
-    weights = [k for k in outs["one"].files if k.startswith("w")]
-    for key in weights:
-        np.testing.assert_allclose(outs["one"][key], outs["mirrored"][key], atol=2e-5, err_msg=key)
+def test_a_folder_with_bad_images_trains_without_them_when_asked(tmp_path, caplog, capsys):
+    """In-process: the flag's road from the command line is test_journey.py's (a folder, --skip_bad_images).
 
+    Without skip_bad_images the run stops before its first step, naming each file: test_preflight.py."""
+    import tensorflow as tf
 
-@pytest.mark.slow
-def test_mirrored_with_the_recipes_defaults_and_xla_trains(tmp_path, data_dir):
-    """XLA asked for (as `jit_compile="auto"` does on GPUs), and Keras 3 cannot compile one XLA cluster over two
-    devices: the trainer turns it off."""
-    out = tmp_path / "out.npz"
-    result = run(["tests.trainers.worker", str(tmp_path / "run"), data_dir, "mirrored_defaults", str(out)])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "XLA off under MirroredStrategy with 2 replicas" in result.stderr
-    assert int(np.load(out)["replicas"]) == 2
-
-
-def test_a_batch_two_replicas_do_not_divide_stops_before_the_data(tmp_path):
-    """Under a real MirroredStrategy (it used to crash in an AddN op after the data and model were built)."""
-    result = run(["tests.trainers.worker", str(tmp_path / "run"), str(tmp_path / "tfds"), "mirrored",
-                  str(tmp_path / "out.npz"), "15"])
-    assert result.returncode != 0
-    assert "`batch_size` must be a multiple of the 2 replicas in sync; received batch_size=15" in result.stderr
-    assert not (tmp_path / "run").exists() and not (tmp_path / "tfds").exists()  # before the data
-
-
-@pytest.mark.slow
-def test_a_folder_with_bad_images_trains_without_them_when_asked(tmp_path):
     from tests.trainers.test_preflight import _image_folder
+    from trainers import loop, train
 
     _image_folder(tmp_path / "images")
     model_dir = tmp_path / "run"
     model_dir.mkdir()
-    flags = [f"--model_dir={model_dir}", f"--dataset=folder:{tmp_path / 'images'}", "--batch_size=2",
-             "--train_steps=2", "--checkpoint_every=2", "--steps_per_execution=1", *TINY_FLAGS[:4]]
-    # Without --skip_bad_images the run stops before its first step, naming each file: test_preflight.py, in-process.
-    skipped = run(["trainers.train", *flags, "--skip_bad_images"])
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    assert "Skipped 3 undecodable images of split 'train' (--skip_bad_images)" in skipped.stderr
-    assert "step 2/2" in skipped.stdout and (model_dir / "model.npz").exists()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.slow
-def test_two_local_workers_train_together_and_agree(tmp_path, data_dir):
-    cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
-    envs = [{**ENV, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})}
-            for index in range(2)]
-    workers = run_together([[sys.executable, "-m", "tests.trainers.worker", str(tmp_path / "run"), data_dir,
-                             "multi_worker", str(tmp_path / f"worker{index}.npz")] for index in range(2)],
-                           cwd=ROOT, envs=envs)
-    for worker in workers:
-        assert worker.returncode == 0, worker.stderr[-3000:]
-    a, b = np.load(tmp_path / "worker0.npz"), np.load(tmp_path / "worker1.npz")
-    assert int(a["replicas"]) == 2
-    for key in (k for k in a.files if k.startswith("w")):
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    run_dir = tmp_path / "run"
-    assert (run_dir / "model.npz").exists() and not (run_dir / "checkpoints_1").exists()
-    assert json.loads((run_dir / "recipe.json").read_text())["train_steps"] == 20
-    assert not list(run_dir.glob("*.tmp*")), "a temporary file was left behind"
+    recipe = train.resolve_recipe("digits", dict(dataset=f"folder:{tmp_path / 'images'}", batch_size=2, train_steps=2,
+                                                 checkpoint_every=2, steps_per_execution=1, hidden_size=32,
+                                                 mlp_dim=64, num_heads=2, num_layers=1))
+    with caplog.at_level("WARNING"):
+        loop.train(recipe, model_dir, tf.distribute.get_strategy(), "cpu", skip_bad_images=True)
+    assert "Skipped 3 undecodable images of split 'train' (--skip_bad_images)" in caplog.text
+    assert "step 2/2" in capsys.readouterr().out and (model_dir / "model.npz").exists()
 
 
 WRITER = """
@@ -406,31 +367,113 @@ def test_vit_finetune_starts_from_an_imagenet21k_style_checkpoint(tmp_path, data
                   "--steps_per_execution=5", "--jit_compile=false", "--checkpoint_every=10"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert "pre_logits/kernel" not in final_weights(tmp_path / "run") and "test top-1" in result.stdout
-    # The written .keras file carries its configuration, read back in a fresh process.
-    probe = subprocess.run(
-        [sys.executable, "-c", "import keras, keras_vit; m = keras.models.load_model(__import__('sys').argv[1]); "
-         "print(m.vit_config.image_size, m.vit_config.classes, m.vit_config.representation_size)",
-         str(tmp_path / "run" / "model.keras")], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert probe.stdout.split("\n")[-2] == "(8, 8) 10 None", probe.stderr[-2000:]
+    # The written .keras file carries its configuration: read back here, from the file the trainer's own process
+    # wrote (a fresh process loading a model.keras is test_docs.py's).
+    import keras
+
+    config = keras.models.load_model(tmp_path / "run" / "model.keras").vit_config
+    assert (config.image_size, config.classes, config.representation_size) == ((8, 8), 10, None)
+
+
+# The distributed runs, in processes started together (each pays TensorFlow's import; tests/trainers/worker.py):
+# the MirroredStrategy modes in two (each process splits the CPU into two logical devices before TensorFlow starts),
+# and the two local workers of one MultiWorkerMirroredStrategy cluster.
+DISTRIBUTED = {"tasks": ("deit", "mpp", "finetune"),
+               "mirrored": ("mirrored_defaults", "indivisible", "one", "mirrored"),
+               "worker0": ("multi_worker",), "worker1": ("multi_worker",)}
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def distributed_runs(tmp_path_factory, data_dir):
+    """{process: (CompletedProcess, its OUT_DIR)} for DISTRIBUTED; the two workers share one OUT_DIR."""
+    cluster = {"worker": [f"127.0.0.1:{_free_port()}", f"127.0.0.1:{_free_port()}"]}
+    workers = tmp_path_factory.mktemp("multi_worker")
+    outs = {name: workers if name.startswith("worker") else tmp_path_factory.mktemp(name) for name in DISTRIBUTED}
+    envs = [{**ENV, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": int(name[-1])}})}
+            if name.startswith("worker") else ENV for name in DISTRIBUTED]
+    results = run_together([[sys.executable, "-m", "tests.trainers.worker", str(outs[name]), data_dir, *modes]
+                            for name, modes in DISTRIBUTED.items()], cwd=ROOT, envs=envs)
+    return {name: (result, outs[name]) for name, result in zip(DISTRIBUTED, results, strict=True)}
+
+
+def mode_output(distributed_runs, process, mode, output=None):
+    """`(OUT_DIR, the mode's .npz, its lines of stderr)`; fails with the mode's error if it raised."""
+    result, out = distributed_runs[process]
+    output = output or mode
+    error = out / f"{output}.error"
+    assert not error.exists(), error.read_text()[-3000:]
+    assert result.returncode == 0 and (out / f"{output}.npz").exists(), result.stderr[-3000:]
+    lines = result.stderr.split(f"=== {mode}\n", 1)[1].split("\n=== ", 1)[0]
+    return out, np.load(out / f"{output}.npz"), lines
 
 
 @pytest.mark.slow
-def test_deit_distillation_and_mpp_train_under_mirrored_strategy(tmp_path, data_dir):
+def test_mirrored_over_two_cpus_equals_one_device(distributed_runs):
+    _, one, _ = mode_output(distributed_runs, "mirrored", "one")
+    _, mirrored, _ = mode_output(distributed_runs, "mirrored", "mirrored")
+    assert int(one["replicas"]) == 1 and int(mirrored["replicas"]) == 2
+    weights = [k for k in one.files if k.startswith("w")]
+    assert weights and weights == [k for k in mirrored.files if k.startswith("w")]
+    for key in weights:
+        np.testing.assert_allclose(one[key], mirrored[key], atol=2e-5, err_msg=key)
+
+
+@pytest.mark.slow
+def test_mirrored_with_the_recipes_defaults_and_xla_trains(distributed_runs):
+    """XLA asked for (as `jit_compile="auto"` does on GPUs), and Keras 3 cannot compile one XLA cluster over two
+    devices: the trainer turns it off."""
+    out, defaults, lines = mode_output(distributed_runs, "mirrored", "mirrored_defaults")
+    assert "XLA off under MirroredStrategy with 2 replicas" in lines
+    assert int(defaults["replicas"]) == 2 and (out / "mirrored_defaults" / "model.npz").exists()
+
+
+def test_a_batch_two_replicas_do_not_divide_stops_before_the_data(distributed_runs):
+    """Under a real MirroredStrategy (it used to crash in an AddN op after the data and model were built)."""
+    _, out = distributed_runs["mirrored"]
+    error = (out / "indivisible.error").read_text()
+    assert error.startswith("InvalidRun: `batch_size` must be a multiple of the 2 replicas in sync; received "
+                            "batch_size=15"), error[-3000:]
+    assert not (out / "indivisible").exists()  # neither its model_dir nor its data_dir: before the data
+
+
+@pytest.mark.slow
+def test_two_local_workers_train_together_and_agree(distributed_runs):
+    _, a, _ = mode_output(distributed_runs, "worker0", "multi_worker", "multi_worker0")
+    run_dir, b, _ = mode_output(distributed_runs, "worker1", "multi_worker", "multi_worker1")
+    assert int(a["replicas"]) == int(b["replicas"]) == 2
+    weights = [k for k in a.files if k.startswith("w")]
+    assert weights
+    for key in weights:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    run_dir = run_dir / "multi_worker"
+    assert (run_dir / "model.npz").exists() and not (run_dir / "checkpoints_1").exists()
+    assert json.loads((run_dir / "recipe.json").read_text())["train_steps"] == 20
+    assert not list(run_dir.glob("*.tmp*")), "a temporary file was left behind"
+
+
+@pytest.mark.slow
+def test_deit_distillation_and_mpp_train_under_mirrored_strategy(distributed_runs):
     """Both tasks' losses fall over two logical CPUs; MPP's model.npz fine-tunes through the digits recipe."""
-    result = run(["tests.trainers.task_worker", str(tmp_path), data_dir])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "replicas.txt").read_text() == "2"
     for task in ("deit", "mpp"):
-        losses = [loss for _, loss in sorted(event_scalars(tmp_path / task / "logs" / "train")["epoch_loss"])]
+        out, output, _ = mode_output(distributed_runs, "tasks", task)
+        assert int(output["replicas"]) == 2
+        losses = [loss for _, loss in sorted(event_scalars(out / task / "logs" / "train")["epoch_loss"])]
         assert len(losses) == 4 and losses[-1] < 0.9 * losses[0], (task, losses)
+    mode_output(distributed_runs, "tasks", "finetune")
     import keras
 
     import keras_vit  # noqa: F401 -- registers its layers for load_model
 
-    deit = keras.models.load_model(tmp_path / "deit" / "model.keras")
+    deit = keras.models.load_model(out / "deit" / "model.keras")
     assert deit.vit_config.distilled and deit.get_layer("head_dist").kernel.shape == (32, 10)
-    mpp_network = keras.models.load_model(tmp_path / "mpp" / "model.keras")
+    mpp_network = keras.models.load_model(out / "mpp" / "model.keras")
     assert mpp_network.get_layer("mpp_head").units == 8  # grey digits: 8 colour classes
-    pretrained = final_weights(tmp_path / "mpp")
+    pretrained = final_weights(out / "mpp")
     assert "head/kernel" not in pretrained and not any(k.startswith("mpp") for k in pretrained)
-    assert json.loads((tmp_path / "finetune" / "metrics.json").read_text())["step"] == 10
+    assert json.loads((out / "finetune" / "metrics.json").read_text())["step"] == 10
