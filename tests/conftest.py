@@ -23,9 +23,9 @@ def pytest_configure(config):
 # The files that take minutes, longest first (by their measured durations): run ahead of the rest, so
 # that no worker is left running one alone at the end. pytest-xdist's `--dist loadfile` hands out whole files
 # in collection order (pytest.ini turns off its own reordering by test count).
-SLOWEST_FIRST = ("trainers/test_train.py", "test_docs.py", "test_model.py", "export/test_saved_model.py",
-                 "trainers/test_combinations.py", "export/test_serving_matrix.py", "test_run.py",
-                 "backends/test_backends.py")
+SLOWEST_FIRST = ("test_docs.py", "trainers/test_train.py", "test_model.py", "export/test_saved_model.py",
+                 "backends/test_backends.py", "trainers/test_combinations.py", "test_run.py",
+                 "export/test_serving_matrix.py")
 
 
 def pytest_collection_modifyitems(config, items):
