@@ -161,7 +161,10 @@ def _builder(family, builder_name, default_top, default_activation, doc):
 
         name = family + "-reg" * bool(registers)
         if name not in FAMILIES:
-            raise ValueError(f"{builder_name} has no register variant; received registers={registers!r}")
+            held = FAMILIES[family].num_register_tokens
+            raise ValueError(f"{builder_name} has no register variant to choose"
+                             + (f" (its {held} register tokens are always there)" if held else "")
+                             + f"; received registers={registers!r}")
         config = FAMILIES[name]
         if weights is not None and weights_kind(weights) == "pretrained":  # a tag, not a path or a hub id
             if weights not in WEIGHTS[name]:

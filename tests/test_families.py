@@ -146,8 +146,11 @@ def test_named_weights_resolve_through_the_offline_hub_cache(tmp_path):
 def test_a_tag_of_another_builder_and_a_missing_variant_are_refused():
     with pytest.raises(ValueError, match=r"DeiT3_S16 has the released weights \['fb_in1k', 'fb_in22k_ft_in1k'\]"):
         keras_vit.DeiT3_S16(weights="lvd142m")
-    with pytest.raises(ValueError, match=r"CLIP_B16 has no register variant; received registers=True"):
+    with pytest.raises(ValueError, match=r"CLIP_B16 has no register variant to choose; received registers=True"):
         keras_vit.CLIP_B16(registers=True)
+    with pytest.raises(ValueError, match=r"DINOv3_B16 has no register variant to choose \(its 4 register tokens are "
+                                         r"always there\)"):
+        keras_vit.DINOv3_B16(registers=True)
     with pytest.raises(ValueError, match=r"DINOv3_S16Plus has the released weights \['lvd1689m'\]"):
         keras_vit.DINOv3_S16Plus(weights="lvd142m")
 
