@@ -45,14 +45,21 @@ def test_a_timm_family_file_gives_timms_outputs(case):
     np.testing.assert_allclose(tokens, io["last_hidden_state"], atol=1e-5)
 
     bigger = keras_vit.ViT.from_checkpoint(FAMILIES / case, image_size=48, classifier_activation=None)
-    table = bigger.get_layer("position_embedding").embedding
-    theirs = io["pos_embed_48"]
-    bound = ROUNDING[CASES[case]["dtype"]] * np.abs(theirs) + 1e-6
-    assert np.all(np.abs(table.numpy() - theirs) <= bound)
-    if CASES[case]["dtype"] == "float32":  # the same table: the same outputs
-        np.testing.assert_allclose(np.asarray(bigger(io["inputs_48"])), io["outputs_48"], atol=1e-5)
-    table.assign(theirs)  # timm's rounded table: the rest of the model computes as timm's
+    take_timms_resized_table(bigger, io, CASES[case]["dtype"])
     np.testing.assert_allclose(np.asarray(bigger(io["inputs_48"])), io["outputs_48"], atol=1e-5)
+
+
+def take_timms_resized_table(model, io, dtype):
+    """Asserts `model`'s table (made at 48 px) is timm's `pos_embed_48` but for timm's rounding to the file's
+    `dtype` (a float32 file: the same outputs too), then gives the model timm's table, so the rest of it can be
+    held to timm's outputs."""
+    table = model.get_layer("position_embedding").embedding
+    theirs = io["pos_embed_48"]
+    bound = ROUNDING[dtype] * np.abs(theirs) + 1e-6
+    assert np.all(np.abs(table.numpy() - theirs) <= bound)
+    if dtype == "float32":  # the same table: the same outputs
+        np.testing.assert_allclose(np.asarray(model(io["inputs_48"])), io["outputs_48"], atol=1e-5)
+    table.assign(theirs)  # timm's rounded table: the rest of the model computes as timm's
 
 
 def _in_our_words(args):

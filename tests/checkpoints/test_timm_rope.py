@@ -13,6 +13,7 @@ import keras_vit
 from keras_vit import checkpoints
 from keras_vit.checkpoints import timm
 from keras_vit.checkpoints.safetensors import read_safetensors
+from tests.checkpoints.test_timm_families import take_timms_resized_table
 
 ROPE = Path(__file__).parents[1] / "fixtures" / "rope"
 CASES = json.loads((ROPE / "cases.json").read_text())["cases"]
@@ -39,8 +40,6 @@ EXPECTED = {
                                fc_norm=True, position_embedding="none"),
 }
 assert set(EXPECTED) == {case for case in CASES if case.startswith("timm_")}
-# How far timm's resized table is from the float32 resize: it rounds it to the file's dtype (half an ulp).
-ROUNDING = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +75,7 @@ def test_a_timm_eva_file_at_48_px_gives_timms_outputs(models, case):
     bigger = keras_vit.ViT.from_checkpoint(ROPE / case, image_size=48, classifier_activation=None)
     assert bigger.vit_config.rope_reference_grid == models[case].vit_config.rope_reference_grid
     if "pos_embed_48" in io:
-        table = bigger.get_layer("position_embedding").embedding
-        theirs = io["pos_embed_48"]
-        bound = ROUNDING[CASES[case]["dtype"]] * np.abs(theirs) + 1e-6
-        assert np.all(np.abs(table.numpy() - theirs) <= bound)
-        if CASES[case]["dtype"] == "float32":  # the same table: the same outputs
-            np.testing.assert_allclose(np.asarray(bigger(io["inputs_48"])), io["outputs_48"], atol=1e-5)
-        table.assign(theirs)  # timm's rounded table: the rest of the model computes as timm's
+        take_timms_resized_table(bigger, io, CASES[case]["dtype"])
     outputs, tokens = _outputs_and_tokens(bigger, io["inputs_48"])
     np.testing.assert_allclose(outputs, io["outputs_48"], atol=1e-5)
     np.testing.assert_allclose(tokens, io["last_hidden_state_48"], atol=1e-5)
