@@ -12,7 +12,8 @@ import importlib.util
 import sys
 
 # The modules whose import registers every keras_vit class a `.keras` file can name.
-SERIALIZABLE = ("keras_vit.layers", "keras_vit.model", "keras_vit.analysis", "keras_vit.optimizers")
+SERIALIZABLE = ("keras_vit.layers", "keras_vit.model", "keras_vit.analysis", "keras_vit.optimizers",
+                "keras_vit.fine_tuning")
 
 
 def register():

@@ -37,6 +37,11 @@ class FusedAdamUpdate:
             return super().update_step(gradient, variable, learning_rate)
         import tensorflow as tf
 
+        if len(getattr(learning_rate, "shape", ())):  # a rate per block of a stacked weight (layer decay)
+            # ResourceApplyAdam takes one rate; Keras' update broadcasts.
+            if self.weight_decay is not None and self._use_weight_decay(variable):
+                variable.assign_sub(variable * tf.cast(self.weight_decay * learning_rate, variable.dtype))
+            return super().update_step(gradient, variable, learning_rate)
         scalars = self._shared_scalars(variable, learning_rate)
         if self.weight_decay is not None and self._use_weight_decay(variable):
             # w -= (lr wd) w: Keras' w -= (w wd) lr up to rounding, in one kernel with the product made once.

@@ -34,6 +34,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
+from tests import fine_tuning_checks  # noqa: E402
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 # Official-format cases and what from_checkpoint needs beyond the file: every case but `bicubic`, whose
@@ -324,6 +325,7 @@ def run(directory):
         out.update(resized(case))
     out.update(explain(directory))
     out.update(wrong_inputs())
+    out.update(fine_tuning_checks.run())
     out["backend"] = keras.backend.backend()
     out["tensorflow_imported"] = tensorflow_imported()
     return out
