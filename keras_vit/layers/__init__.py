@@ -8,6 +8,7 @@ from keras_vit.layers.encoder_block import EncoderBlock, Mlp
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.map_head import MAPHead
 from keras_vit.layers.patch_corruption import PatchCorruption
+from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import SequencePooling
 from keras_vit.layers.position_embedding import PositionEmbedding
