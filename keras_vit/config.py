@@ -170,6 +170,10 @@ class ViTConfig:
                                "loop.")
     remat: bool = _field(False, TRAINING, "Recompute each block in the backward pass instead of keeping its "
                          "activations (less memory in training, the same gradients; inference is unchanged).")
+    patch_dropout: float = _field(0.0, TRAINING, "PatchDropout (Liu et al., 2023): in training each image keeps a "
+                                  "random max(1, int(N (1 - rate))) of its N patch tokens, in their order, and every "
+                                  "prefix token, so the blocks see fewer tokens; inference is unchanged.",
+                                  low=0.0, high=1)
 
     # --- head
     fc_norm: bool = _field(False, CONVENTION, "timm's `fc_norm`: the final LayerNorm is applied to the pooled "
@@ -251,6 +255,10 @@ class ViTConfig:
             # TensorFlow cannot differentiate inside the scan's loop.
             raise ValueError("remat=True with scan_layers=True needs dropout_rate, attention_dropout_rate and "
                              f"drop_path_rate at 0; received {stochastic}. Use scan_layers=False with remat")
+        if self.patch_dropout and self.position_embedding in ("relative", "relative_2d"):
+            raise ValueError("patch_dropout keeps a subset of the patches, and relative positions bias attention by "
+                             "offsets on the whole grid; received patch_dropout="
+                             f"{self.patch_dropout}, position_embedding={self.position_embedding!r}")
         token = self.token_size
         if self.image_size[0] % token[0] or self.image_size[1] % token[1]:
             what = f"`patch_size`={self.patch_size}"

@@ -244,10 +244,22 @@ def image_input(config, input_tensor=None):
 
 
 def _embed(config, images):
-    """Images to the token sequence: [stem], patches, [class token], positions, dropout; and the tokens' rotary
-    coordinates where a `dynamic_image_size` grid sets them at run time (else None)."""
+    """Images to the token sequence: [stem], patches, [class token], positions, dropout, [PatchDropout]; the
+    tokens' rotary coordinates where a `dynamic_image_size` grid sets them at run time (else None); and the kept
+    tokens' places where PatchDropout's must turn rotary positions (else None)."""
     patches = patch_grid(config, images)
-    return token_sequence(config, patches), rotary_coordinates(config, patches)
+    tokens, token_indices = patch_dropout(config, token_sequence(config, patches))
+    return tokens, rotary_coordinates(config, patches), token_indices
+
+
+def patch_dropout(config, tokens):
+    """`(tokens, token_indices)`: PatchDropout's kept tokens in training, after the positions and their dropout
+    (timm's `patch_drop`), and with rotary positions each kept token's place; `(tokens, None)` at rate 0."""
+    if not config.patch_dropout:
+        return tokens, None
+    layer = vit_layers.PatchDropout(config.patch_dropout, config.num_prefix_tokens,
+                                    return_indices=config.rotary_embedding is not None, name="patch_dropout")
+    return layer(tokens) if config.rotary_embedding else (layer(tokens), None)
 
 
 def rotary_coordinates(config, patches):
@@ -301,9 +313,9 @@ def _prefix_tokens(config, patches):
     return keras.layers.Concatenate(axis=1, name="prefix_tokens")(prefix)
 
 
-def encode(config, tokens, coordinates=None):
+def encode(config, tokens, coordinates=None, token_indices=None):
     """[norm "norm_pre"], then the encoder blocks, unrolled or as one `ScannedEncoder` (given the tokens' rotary
-    `coordinates` for a run-time grid)."""
+    `coordinates` for a run-time grid, and PatchDropout's `token_indices`)."""
     if config.norm_pre:  # after the positions and their dropout, as timm's norm_pre and CLIP's ln_pre
         tokens = norm(config.norm_layer, config.layer_norm_epsilon, "norm_pre")(tokens)
     relative = config.position_embedding if positions.get(config.position_embedding).biases_attention else None
@@ -331,14 +343,16 @@ def encode(config, tokens, coordinates=None):
         interpolation=config.interpolation,
         remat=config.remat,
     )
+    # Passed only when there are some, so the graph of a model without them is saved as before.
+    places = {} if token_indices is None else {"token_indices": token_indices}
     if config.scan_layers:
         block_config["drop_path_rate"] = config.drop_path_rate  # the last block's: each block gets its linear_rate
         return vit_layers.ScannedEncoder(config.num_layers, block_config, name="encoder")(
-            tokens, coordinates=coordinates)
+            tokens, coordinates=coordinates, **places)
     for i in range(config.num_layers):
         rate = linear_rate(config.drop_path_rate, i, config.num_layers)
         tokens = vit_layers.EncoderBlock(**block_config, drop_path_rate=rate, name=block_name(i))(
-            tokens, coordinates=coordinates)
+            tokens, coordinates=coordinates, **places)
     return tokens
 
 
@@ -399,7 +413,7 @@ def ViT(
 
         image -> [ResNetStem] -> PatchEmbedding -> [norm "patch_norm"]
               -> [ClassToken [DistillationToken | RegisterTokens]]
-              -> PositionEmbedding -> Dropout -> [norm "norm_pre"]
+              -> PositionEmbedding -> Dropout -> [PatchDropout] -> [norm "norm_pre"]
               -> EncoderBlock x num_layers (or one ScannedEncoder)
               -> norm "encoder_norm" -> SequencePooling (or MAPHead "map_head", `classifier="map"`)
               -> [norm "fc_norm"] -> [Dense "projection" | Dense tanh "pre_logits"] -> Dense "head"

@@ -60,6 +60,9 @@ def mpp_network(config, input_shape=None, seed=None, name="vit_mpp"):
     if config.resnet_num_layers is not None:
         raise ValueError("Masked patch prediction corrupts pixel patches, which a hybrid's ResNet stem mixes; "
                          f"received resnet_num_layers={config.resnet_num_layers}: use a plain ViT")
+    if config.patch_dropout:
+        raise ValueError("Masked patch prediction predicts every patch from its output token, and PatchDropout "
+                         f"drops tokens; received patch_dropout={config.patch_dropout}: use patch_dropout=0")
     inputs, images = vit_model.image_input(config)
     corrupted, chosen = PatchCorruption(seed=seed, name="patch_corruption")(vit_model.patch_grid(config, images))
     tokens = vit_model.encode(config, vit_model.token_sequence(config, corrupted),

@@ -44,7 +44,7 @@ def test_the_role_tuples_are_the_fields_of_each_role():
         "rope_reference_grid"}
     assert set(vit_config.DATA_FIELDS) == {"classes", "channels"}
     assert set(vit_config.TRAINING_FIELDS) == {
-        "dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat"}
+        "dropout_rate", "attention_dropout_rate", "drop_path_rate", "scan_layers", "remat", "patch_dropout"}
     assert vit_config.PAIRS == ("patch_size", "image_size", "rope_reference_grid")
     assert vit_config.PER_CHANNEL == ("input_mean", "input_std")
     assert {"hidden_size", "mlp_dim", "num_heads", "num_layers", "patch_size", "qkv_bias", "layer_scale_init",
@@ -90,6 +90,17 @@ def test_the_checks_keep_their_messages():
         ViTConfig(resnet_num_layers=(3, 0))
     assert ViTConfig(patch_size=1, resnet_num_layers=[3, 4, 9]).resnet_num_layers == (3, 4, 9)
     assert ViTConfig(patch_size=8, image_size=32).grid_size == (4, 4)
+
+
+@pytest.mark.parametrize("position_embedding", ["relative", "relative_2d"])
+def test_patch_dropout_refuses_relative_positions(position_embedding):
+    # Their attention bias is made for every offset of the whole grid, not a subset of its patches.
+    with pytest.raises(ValueError, match=rf"relative positions bias attention by offsets on the whole grid; received "
+                                         rf"patch_dropout=0.5, position_embedding='{position_embedding}'"):
+        ViTConfig(patch_dropout=0.5, position_embedding=position_embedding)
+    assert ViTConfig(position_embedding=position_embedding).patch_dropout == 0.0
+    with pytest.raises(ValueError, match=r"`patch_dropout` must be a float in \[0.0, 1\); received patch_dropout=1"):
+        ViTConfig(patch_dropout=1)
 
 
 def test_a_field_without_help_or_role_is_a_programming_error():

@@ -287,6 +287,30 @@ def test_dynamic_model_at_a_new_size_equals_a_model_built_for_it():
     np.testing.assert_array_equal(np.asarray(dynamic(IMAGES)), np.asarray(same(IMAGES)))
 
 
+def copy_weights(source, target):
+    """`source`'s weights into `target`'s of the same paths (a PatchDropout layer adds only its seed's state)."""
+    weights = {w.path: w for w in source.weights}
+    for w in target.weights:
+        w.assign(weights[w.path])
+
+
+@pytest.mark.parametrize("fields", [dict(remat=True), dict(scan_layers=True, remat=True)])
+def test_patch_dropout_leaves_inference_alone_and_trains_the_encoder_on_fewer_tokens(fields):
+    model, plain = tiny(patch_dropout=0.3, **fields), tiny(**fields)
+    randomize_weights(plain, scale=0.2)
+    copy_weights(plain, model)
+    np.testing.assert_array_equal(np.asarray(model(IMAGES)), np.asarray(plain(IMAGES)))
+    encoder = keras.Model(model.input, model.get_layer("encoder" if fields.get("scan_layers") else "encoder_block_1")
+                          .output)
+    # The 4 x 6 grid keeps int(24 x 0.7) = 16 patches beside the class token, in training only.
+    assert encoder(IMAGES, training=True).shape == (2, 1 + 16, 64)
+    assert encoder(IMAGES).shape == (2, 1 + 24, 64)
+    model.compile(keras.optimizers.SGD(0.1), keras.losses.MeanSquaredError())
+    before = np.asarray(model.get_layer("patch_embedding").weights[0]).copy()
+    assert np.isfinite(model.train_on_batch(IMAGES, np.ones((2, 10), "float32")))
+    assert not np.array_equal(np.asarray(model.get_layer("patch_embedding").weights[0]), before)
+
+
 def test_weights_argument_loads_a_keras_weights_file(tmp_path):
     model = tiny()
     randomize_weights(model, scale=0.2)

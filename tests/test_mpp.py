@@ -123,3 +123,9 @@ def test_network_predicts_every_patch_and_its_backbone_carries_the_weights(field
 def test_a_hybrid_is_refused():
     with pytest.raises(ValueError, match="hybrid's ResNet stem"):
         mpp.mpp_network(TINY.replace(resnet_num_layers=(1,), patch_size=1), input_shape=(8, 8, 3))
+
+
+def test_patch_dropout_is_refused():
+    # The network predicts every patch from its own output token: a dropped patch would have none.
+    with pytest.raises(ValueError, match=r"predicts every patch .* received patch_dropout=0.5: use patch_dropout=0"):
+        mpp.mpp_network(TINY.replace(patch_dropout=0.5), input_shape=(8, 8, 3))

@@ -173,6 +173,41 @@ def test_rotary_models_round_trip_and_scan_trim_and_map_as_the_unrolled_model(tm
     assert maps.shape == (2, 2, 2, 8, 8)
 
 
+@pytest.mark.parametrize("fields", [dict(rotary_embedding="rope_axial", num_register_tokens=1),
+                                    dict(rotary_embedding="rope_mixed", dynamic_image_size=True, scan_layers=True)])
+def test_patch_dropouts_kept_tokens_keep_their_own_rotations(tmp_path, fields):
+    """timm's Eva gathers the rotary table by the kept indices; here each block gathers its angles by the kept
+    tokens' places. Held to each example alone, its kept tokens given their coordinates through `coordinates`."""
+    model, plain = (keras_vit.ViT(**TINY, **fields, patch_dropout=rate) for rate in (0.5, 0.0))
+    randomize_weights(plain)
+    by_path = {w.path: w for w in plain.weights}
+    for weight in model.weights:
+        if weight.path in by_path:
+            weight.assign(by_path[weight.path])
+    # At inference nothing is dropped or gathered: the model without PatchDropout's numbers, bit for bit.
+    np.testing.assert_array_equal(np.asarray(model(IMAGES)), np.asarray(plain(IMAGES)))
+    np.testing.assert_array_equal(np.asarray(keras_vit.analysis.attention_maps(model, IMAGES)),
+                                  np.asarray(keras_vit.analysis.attention_maps(plain, IMAGES)))
+    scanned = fields.get("scan_layers", False)
+    last = model.get_layer("encoder" if scanned else block_name(1))
+    kept, places, encoded = (np.asarray(t) for t in keras.Model(
+        model.input, [*model.get_layer("patch_dropout").output, last.output])(IMAGES, training=True))
+    prefix = model.vit_config.num_prefix_tokens
+    assert kept.shape[1] == prefix + 3 and not np.array_equal(places[0], places[1])  # 3 of the 2 x 3 patches
+    table = rotary.coordinates(fields["rotary_embedding"], (2, 3), prefix)
+    for example in range(2):
+        x = kept[example:example + 1]
+        for i in range(2):
+            coordinates = table[places[example]].astype("float32")
+            x = (last.call_block(i, x, coordinates=coordinates) if scanned else
+                 model.get_layer(block_name(i))(x, coordinates=coordinates))
+        np.testing.assert_allclose(encoded[example:example + 1], np.asarray(x), atol=1e-5)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    assert loaded.get_layer("patch_dropout").get_config()["return_indices"]
+    np.testing.assert_array_equal(np.asarray(loaded(IMAGES)), np.asarray(plain(IMAGES)))
+
+
 @pytest.mark.parametrize("fields, message", [
     (dict(rotary_embedding="rope_axial", hidden_size=24, num_heads=4), "multiple of 4; received hidden_size=24"),
     (dict(rotary_embedding="rope_axial", rope_reference_grid=16), "rope_reference_grid is rope_eva's"),

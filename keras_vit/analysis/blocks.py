@@ -116,8 +116,10 @@ def block_outputs(model, return_attention_scores=False):
     scanned = isinstance(layers[0], ScannedEncoder)
     if not (scanned or return_attention_scores):
         return [block.output for block in layers]  # the model's own tensors: a .keras file can hold them
-    # The embedded sequence, as the model computed it, beside the rotary coordinates of a run-time grid.
-    tokens, coordinates = (keras.tree.flatten(layers[0].input) + [None])[:2]
+    # The embedded sequence, as the model computed it, beside the rotary coordinates of a run-time grid (floats;
+    # PatchDropout's int token places are every place in order at inference, which the blocks need not be told).
+    tokens, *others = keras.tree.flatten(layers[0].input)
+    coordinates = next((t for t in others if "float" in str(t.dtype)), None)
     if scanned:
         views = [ScannedBlock(layers[0], i, name=block_name(i)) for i in range(layers[0].num_layers)]
     else:

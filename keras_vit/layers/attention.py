@@ -120,6 +120,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         coordinates: None, or the tokens' `(tokens, 2)` rotary coordinates
             (`keras_vit.positions.rotary.coordinates`) for a grid known only
             at run time; None: those of `grid_size`.
+        token_indices: None, or `(batch, tokens)` ints: each token's place
+            in the sequence the rotary coordinates are for, in increasing
+            order (`PatchDropout`'s kept tokens), so each takes its own
+            place's angles; None: the tokens are that whole sequence. Indices
+            as many as the places are every place in order, left ungathered.
 
     Returns:
         `(batch, tokens, width)`, and the weights if asked for.
@@ -272,7 +277,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             angles = rotary.angles(coordinates, ops.cast(frequencies, "float32"))
         return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
 
-    def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None, coordinates=None):
+    def call(self, inputs, training=None, return_attention_scores=False, query_tokens=None, coordinates=None,
+             token_indices=None):
         # Queries and keys come out with each rotary pair in halves where no norm sits before the turn.
         in_halves = bool(self.rotary_embedding) and not self.qk_norm
 
@@ -296,9 +302,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         key, value = project("key", inputs), project("value", inputs)
         if self.rotary_embedding:
             cos, sin = self.rotary_tables(coordinates, query.dtype)
+            # Each example's tokens take their own places' angles: (batch, tokens, 1 or heads, head_dim / 2).
+            # As many indices as places are every place in order (PatchDropout keeps the order): no gather.
+            if token_indices is not None and (token_indices.shape[1] or -1) != cos.shape[0]:
+                cos, sin = ops.take(cos, token_indices, axis=0), ops.take(sin, token_indices, axis=0)
             asked = query.shape[1] if query_tokens is None else query_tokens
-            query = rotary.rotate(self.rotary_embedding, query, cos[:asked] if query_tokens else cos,
-                                  sin[:asked] if query_tokens else sin, in_halves)
+            query = rotary.rotate(self.rotary_embedding, query, cos[..., :asked, :, :] if query_tokens else cos,
+                                  sin[..., :asked, :, :] if query_tokens else sin, in_halves)
             key = rotary.rotate(self.rotary_embedding, key, cos, sin, in_halves)
         fused = None
         weights_needed = training and self.attention_dropout_rate  # dropout on them

@@ -185,6 +185,8 @@ class EncoderBlock(keras.layers.Layer):
             a scalar tensor) in place of the layer's.
         coordinates: None, or the tokens' rotary coordinates, passed to
             `MultiHeadSelfAttention` (a `dynamic_image_size` model's grid).
+        token_indices: None, or each token's place in the full sequence
+            (`PatchDropout`'s), passed to `MultiHeadSelfAttention`.
 
     Returns:
         `(batch, tokens, width)` (`output_tokens` tokens when set), and the
@@ -280,11 +282,13 @@ class EncoderBlock(keras.layers.Layer):
         for layer in (self.norm_1, self.attention, self.norm_2, self.mlp, *self.layer_scales):
             layer.build(input_shape)
 
-    def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None, coordinates=None):
+    def call(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None, coordinates=None,
+             token_indices=None):
         if self.remat and training and not return_attention_scores:
-            outputs = self._rematerialized(inputs, drop_path_rate, coordinates)
+            outputs = self._rematerialized(inputs, drop_path_rate, coordinates, token_indices)
         else:
-            outputs = self._forward(inputs, training, return_attention_scores, drop_path_rate, coordinates)
+            outputs = self._forward(inputs, training, return_attention_scores, drop_path_rate, coordinates,
+                                    token_indices)
         if return_attention_scores:
             outputs, scores = outputs
         # The residual stream's gradient is written out at each block's output (on JAX's CPU: see there).
@@ -292,16 +296,16 @@ class EncoderBlock(keras.layers.Layer):
         return (outputs, scores) if return_attention_scores else outputs
 
     def compute_output_spec(self, inputs, training=None, return_attention_scores=False, drop_path_rate=None,
-                            coordinates=None):
+                            coordinates=None, token_indices=None):
         # Said here, so that Keras need not trace `call` to learn it: that tracing was half
         # the time of building a ViT with the functional API.
         if return_attention_scores:
             return super().compute_output_spec(inputs, training, return_attention_scores, drop_path_rate,
-                                               coordinates)
+                                               coordinates, token_indices)
         shape = inputs.shape if self.output_tokens is None else (inputs.shape[0], self.output_tokens, inputs.shape[2])
         return keras.KerasTensor(shape, dtype=self.compute_dtype)
 
-    def _rematerialized(self, inputs, drop_path_rate, coordinates):
+    def _rematerialized(self, inputs, drop_path_rate, coordinates, token_indices):
         """The training forward under `keras.remat`, which runs it again in the backward pass.
 
         Dropout and stochastic depth draw from seed generators that each
@@ -313,7 +317,7 @@ class EncoderBlock(keras.layers.Layer):
         def forward(x, *states):
             for generator, state in zip(generators, states, strict=True):
                 generator.state.assign(state)
-            return self._forward(x, True, False, drop_path_rate, coordinates)
+            return self._forward(x, True, False, drop_path_rate, coordinates, token_indices)
 
         return keras.remat(forward)(inputs, *[ops.convert_to_tensor(g.state.value) for g in generators])
 
@@ -322,11 +326,12 @@ class EncoderBlock(keras.layers.Layer):
         random_layers = (self.attention.dropout, self.dropout, self.mlp.dropout, self.drop_path)
         return [g for layer in random_layers if (g := getattr(layer, "seed_generator", None)) is not None]
 
-    def _forward(self, inputs, training, return_attention_scores, drop_path_rate, coordinates=None):
+    def _forward(self, inputs, training, return_attention_scores, drop_path_rate, coordinates=None,
+                 token_indices=None):
         # Weights only when asked for: without them attention may run fused (MultiHeadSelfAttention).
         attended = self.attention(self.norm_1(inputs), training=training,
                                   return_attention_scores=return_attention_scores, query_tokens=self.output_tokens,
-                                  coordinates=coordinates)
+                                  coordinates=coordinates, token_indices=token_indices)
         if return_attention_scores:
             attended, scores = attended
         attended = self.dropout(attended, training=training)

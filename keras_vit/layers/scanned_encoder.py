@@ -85,6 +85,7 @@ class ScannedEncoder(keras.layers.Layer):
     Call arguments:
         inputs: `(batch, tokens, width)`.
         training: bool.
+        coordinates, token_indices: passed to every block (`EncoderBlock`).
 
     Returns:
         `(batch, tokens, width)`.
@@ -149,7 +150,8 @@ class ScannedEncoder(keras.layers.Layer):
         return {path: ops.convert_to_numpy(variable[index])
                 for variable, path in zip(self.stacked, self.block_weight_paths(), strict=True)}
 
-    def call_block(self, index, tokens, training=False, return_attention_scores=False, coordinates=None):
+    def call_block(self, index, tokens, training=False, return_attention_scores=False, coordinates=None,
+                   token_indices=None):
         """Block `index` alone on `tokens`: `EncoderBlock`'s call on that block's weights, as the loop runs it.
 
         Args:
@@ -162,13 +164,15 @@ class ScannedEncoder(keras.layers.Layer):
                 weights, `(batch, heads, tokens, tokens)`. Defaults to False.
             coordinates: None, or the tokens' rotary coordinates (a
                 `dynamic_image_size` model's grid).
+            token_indices: None, or each token's place in the full
+                sequence (`PatchDropout`'s kept tokens).
 
         Returns:
             `(batch, tokens, width)`, and the attention weights if asked for.
         """
         index = self._check_index(index)
         seed = self.seed_generator.next() if training and self.seed_generator else None
-        return self._block(index, tokens, seed, training, return_attention_scores, coordinates)
+        return self._block(index, tokens, seed, training, return_attention_scores, coordinates, token_indices)
 
     def load_blocks(self, blocks):
         """Sets the stacked weights to those of `blocks`: `num_layers` built `EncoderBlock`s, in order."""
@@ -241,7 +245,7 @@ class ScannedEncoder(keras.layers.Layer):
             raise ValueError(f"`index` must be a block number in [0, {self.num_layers}); received index={index!r}")
         return int(index)
 
-    def _block(self, i, x, seed, training, return_attention_scores=False, coordinates=None):
+    def _block(self, i, x, seed, training, return_attention_scores=False, coordinates=None, token_indices=None):
         """Block `i` (an int or a scalar tensor) on `x`: the loop's body."""
         weights = [ops.take(w, i, axis=0) for w in self.stacked]
         drop_path_rate = None
@@ -249,14 +253,14 @@ class ScannedEncoder(keras.layers.Layer):
             drop_path_rate = linear_rate(self.drop_path_rate, ops.cast(i, "float32"), self.num_layers)
         outputs, _ = self._run_block(weights, self._block_seeds(seed, i), x, training=training,
                                      return_attention_scores=return_attention_scores, drop_path_rate=drop_path_rate,
-                                     coordinates=coordinates)
+                                     coordinates=coordinates, token_indices=token_indices)
         return outputs
 
-    def call(self, inputs, training=None, coordinates=None):
+    def call(self, inputs, training=None, coordinates=None, token_indices=None):
         seed = self.seed_generator.next() if training and self.seed_generator else None
 
         def run_block(i, x):
-            return self._block(i, x, seed, training, coordinates=coordinates)
+            return self._block(i, x, seed, training, coordinates=coordinates, token_indices=token_indices)
 
         if training and inputs.shape[0] is None:
             # XLA differentiates the loop only with static shapes (a batch of
@@ -290,7 +294,7 @@ class ScannedEncoder(keras.layers.Layer):
         first = seed[0] + ops.cast(i, seed.dtype) * count
         return [ops.stack([first + k + 1, seed[1] * _DRAWS_PER_GENERATOR]) for k in range(count)]
 
-    def compute_output_spec(self, inputs, training=None, coordinates=None):
+    def compute_output_spec(self, inputs, training=None, coordinates=None, token_indices=None):
         return keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
 
     def get_config(self):
