@@ -27,8 +27,10 @@ from absl import logging  # noqa: E402
 import keras_vit  # noqa: E402
 import keras_vit.mpp  # noqa: E402
 from keras_vit.atomic_files import write_text_atomically  # noqa: E402
+from keras_vit.fine_tuning import averaged_weights  # noqa: E402
 from keras_vit.variants import variant_name  # noqa: E402
 from trainers import data, distillation, mpp, optimization, recipes  # noqa: E402
+from trainers.accumulation import accumulate_gradients  # noqa: E402
 from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
 from trainers.keras_workarounds import fit_multi_worker  # noqa: E402
 from trainers.progress import RunProgress  # noqa: E402
@@ -250,16 +252,30 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
         model, data.eval_dataset(recipe, validation_source, recipe.batch_size), model_dir / "logs" / "validation",
         is_chief)
     step = current_step(optimizer)
+    # Evaluations, best/ and the files take the weight average where the recipe keeps one; the checkpoints in
+    # checkpoints/ keep the trained weights (and the average, an optimiser variable), so a resumed run goes on.
     if best and resumed_from and _evaluates_at(step, recipe, eval_every) and best.last_evaluated_step < step:
-        # The run stopped between this checkpoint and its evaluation.
-        progress.message(best.consider(step, validate(step)))
+        with averaged_weights(model, optimizer):  # the run stopped between this checkpoint and its evaluation
+            progress.message(best.consider(step, validate(step)))
     for step in _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks):
         if step % recipe.checkpoint_every == 0 or step == recipe.train_steps:
             manager.save(checkpoint_number=step)
         if best and _evaluates_at(step, recipe, eval_every):
-            progress.message(best.consider(step, validate(step)))
+            with averaged_weights(model, optimizer):
+                progress.message(best.consider(step, validate(step)))
 
     step = current_step(optimizer)
+    with averaged_weights(model, optimizer):
+        metrics = _final_report(recipe, model, model_dir, step, best, validate, validation_source, eval_source,
+                                is_chief, progress)
+        _finish(model, model_dir, metrics, is_chief, manager, best,
+                train_source.class_names if recipe.task == "classification" else None)
+    return model, metrics
+
+
+def _final_report(recipe, model, model_dir, step, best, validate, validation_source, eval_source, is_chief,
+                  progress):
+    """The final model's evaluations (best/ considered once more): metrics.json's fields."""
     validated = validate(step) if best else None
     if best:
         progress.message(best.consider(step, validated))
@@ -267,15 +283,12 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     results = validated if eval_source is None else Evaluation(
         model, data.eval_dataset(recipe, eval_source, recipe.batch_size), model_dir / "logs" / "test", is_chief)(step)
     reported = eval_source or validation_source
-    metrics = {"step": step, "eval_split": recipe.eval_split or VALIDATION_REPORTED, "eval_loss": results["loss"],
-               "eval_top1": results["top1"], "eval_top5": results["top5"], "eval_examples": reported.num_examples,
-               "validation_examples": validation_source.num_examples if best else 0,
-               "validation_top1": validated["top1"] if best else None,
-               "best_step": best.record["step"] if best else None,
-               "best_top1": best.record["eval_top1"] if best else None}
-    _finish(model, model_dir, metrics, is_chief, manager, best,
-            train_source.class_names if recipe.task == "classification" else None)
-    return model, metrics
+    return {"step": step, "eval_split": recipe.eval_split or VALIDATION_REPORTED, "eval_loss": results["loss"],
+            "eval_top1": results["top1"], "eval_top5": results["top5"], "eval_examples": reported.num_examples,
+            "validation_examples": validation_source.num_examples if best else 0,
+            "validation_top1": validated["top1"] if best else None,
+            "best_step": best.record["step"] if best else None,
+            "best_top1": best.record["eval_top1"] if best else None}
 
 
 def _evaluates_at(step, recipe, eval_every):
@@ -313,6 +326,7 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
             steps_per_execution=steps_per_execution,
         )
         optimizer.build(model.trainable_variables)
+        accumulate_gradients(model, recipe.grad_accumulation_steps)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         fit_multi_worker(model, data.eval_dataset(recipe, eval_source or train_source, recipe.batch_size), strategy)
     return model, optimizer

@@ -6,12 +6,14 @@ GroupNorm parameters, tokens and position tables are excluded, as in the
 official code and DeiT.
 """
 
+import contextlib
 import math
 
 import keras
 from keras import ops
 
 from keras_vit import optimizers
+from keras_vit.fine_tuning import fine_tuning_optimizer
 from trainers.recipes import DECAYS
 
 
@@ -72,17 +74,41 @@ class ClipsTheSummedGradient:
         return super()._clip_gradients(grads)
 
 
+class LendsGradients:
+    """Mixin: inside `lending_gradients()`, `apply` hands its gradients over instead of applying them.
+
+    `trainers.accumulation` runs the model's own training step on each micro-batch and sums what it lends.
+    """
+
+    @contextlib.contextmanager
+    def lending_gradients(self):
+        """Yields `{id(variable): gradient}`, filled by the `apply` calls made inside the block."""
+        lent = {}
+        object.__setattr__(self, "_lent", lent)  # past Keras' attribute tracking: a plain dict for one trace
+        try:
+            yield lent
+        finally:
+            object.__setattr__(self, "_lent", None)
+
+    def apply(self, grads, trainable_variables=None):
+        lent = getattr(self, "_lent", None)
+        if lent is None:
+            return super().apply(grads, trainable_variables)
+        lent.update(zip(map(id, trainable_variables), grads, strict=True))
+        return None
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class SGD(ClipsTheSummedGradient, keras.optimizers.SGD):
-    """Keras' SGD whose `global_clipnorm` holds across replicas."""
+class SGD(LendsGradients, ClipsTheSummedGradient, keras.optimizers.SGD):
+    """Keras' SGD whose `global_clipnorm` holds across replicas, which lends its gradients for accumulation."""
 
 
 # Registered under "trainers": "keras_vit>Adam" names keras_vit's own fused Adam, which this one extends.
 @keras.saving.register_keras_serializable(package="trainers")
-class Adam(ClipsTheSummedGradient, optimizers.Adam):
+class Adam(LendsGradients, ClipsTheSummedGradient, optimizers.Adam):
     """keras_vit's Adam (Keras' Adam whose update on TensorFlow is TensorFlow's own Adam kernel, one node per
     variable; decoupled weight decay when `weight_decay` is set, as AdamW), whose `global_clipnorm` holds across
-    replicas."""
+    replicas, which lends its gradients for accumulation."""
 
 
 def peak_learning_rate(recipe):
@@ -93,7 +119,9 @@ def peak_learning_rate(recipe):
 
 
 def make_optimizer(recipe, model):
-    """The recipe's optimiser, with weight decay on `model`'s kernels only."""
+    """The recipe's optimiser, with weight decay on `model`'s kernels only, and its fine-tuning options: layer
+    decay over `model`'s blocks and a weight EMA (left out of the model at the end of each `fit`: the loop trains
+    in chunks and lends the average for evaluations and files)."""
     schedule = WarmupSchedule(peak_learning_rate(recipe), recipe.warmup_steps, recipe.train_steps, recipe.schedule)
     common = dict(learning_rate=schedule, weight_decay=recipe.weight_decay or None,
                   global_clipnorm=recipe.grad_clip_norm or None)
@@ -101,6 +129,10 @@ def make_optimizer(recipe, model):
         optimizer = SGD(momentum=recipe.momentum, **common)
     else:  # "adam" and "adamw": Keras' Adam decays decoupled when weight_decay is set, as AdamW
         optimizer = Adam(beta_1=recipe.beta_1, beta_2=recipe.beta_2, **common)
+    if recipe.layer_decay < 1 or recipe.ema_decay:
+        optimizer = fine_tuning_optimizer(optimizer, model, layer_decay=recipe.layer_decay if recipe.layer_decay < 1
+                                          else None, ema_decay=recipe.ema_decay or None,
+                                          ema_warmup=recipe.ema_warmup, ema_finalize=False)
     if recipe.weight_decay:
         optimizer.exclude_from_weight_decay(
             var_list=[v for v in model.trainable_variables if not v.name.endswith("kernel")])

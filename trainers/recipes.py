@@ -114,7 +114,20 @@ class Recipe:
                            "'constant'.", choices=DECAYS)
     warmup_steps: int = _field(0, "Steps of linear learning-rate warm-up.", bounds=_AT_LEAST_0)
     grad_clip_norm: float = _field(0.0, "Global-norm gradient clipping (0: off).", bounds=_AT_LEAST_0)
-    batch_size: int = _field(512, "Global batch size (split over replicas).", bounds=_AT_LEAST_1)
+    layer_decay: float = _field(1.0, "Layer-wise learning-rate decay (BEiT, MAE, timm): block i of L trains at "
+                                "layer_decay^(L - i) of the rate, the embeddings and prefix tokens at "
+                                "layer_decay^(L + 1), the head at the full rate (1: off).", bounds=(0, 1, True, False))
+    ema_decay: float = _field(0.0, "Decay of an exponential moving average of the weights, per optimiser step "
+                              "(timm's ModelEmaV3; e.g. 0.9998): evaluations, best/, model.keras, model.npz and "
+                              "exports take the average (0: off).", bounds=_BELOW_1)
+    ema_warmup: bool = _field(True, "The EMA's warm-up: after update n its decay is min(ema_decay, "
+                              "1 - n^(-2/3)), so the average forgets its random start (timm's --model-ema-warmup).")
+    batch_size: int = _field(512, "Global batch size of one optimiser step (split over replicas, then into "
+                             "grad_accumulation_steps micro-batches).", bounds=_AT_LEAST_1)
+    grad_accumulation_steps: int = _field(1, "Micro-batches per optimiser step: each of batch_size / K images, "
+                                          "their gradients averaged into one step, the update of the whole batch "
+                                          "in the memory of a micro-batch. Steps count optimiser steps.",
+                                          bounds=_AT_LEAST_1)
     train_steps: int = _field(1000, "Length of training in steps.", bounds=_AT_LEAST_1)
 
     # --- running
@@ -202,12 +215,29 @@ RECIPES = {
             "momentum 0.9, batch 512, cosine to 0 after 500 warm-up steps, no weight decay, "
             "gradient clipping at global norm 1, 384 px, head restarted at zero and position "
             "embeddings resized by the checkpoint loader; 20k steps on ImageNet from ViT-B/16 "
-            "imagenet21k. Expected: ~84% top-1 (the released imagenet21k+imagenet2012 file)."
+            "imagenet21k; no layer decay and no EMA (the paper has neither: mae_finetune has decay). Expected: "
+            "~84% top-1 (the released imagenet21k+imagenet2012 file)."
         ),
         model=decode_variant("B/16").replace(image_size=384), pretrained="imagenet21k",
         dataset="tfds:imagenet2012", train_split="train", eval_split="validation",
         optimizer="sgd", learning_rate=0.03, momentum=0.9, weight_decay=0.0, schedule="cosine",
         warmup_steps=500, grad_clip_norm=1.0, batch_size=512, train_steps=20_000,
+    ),
+    "mae_finetune": dataclasses.replace(
+        _DEIT,
+        description=(
+            "MAE's end-to-end fine-tuning of ViT-B/16 on ImageNet-1k (He et al. 2022, Table 9 and the official "
+            "FINETUNE.md): the MAE-pretrained encoder (timm/vit_base_patch16_224.mae), global average pooling, "
+            "AdamW lr 5e-4 x batch/256, betas 0.9/0.999, weight decay 0.05, layer-wise lr decay 0.65, cosine with "
+            "5 warm-up epochs, 100 epochs at batch 1024, RandAugment m9 (mstd 0.5 in the paper; 0 here, as deit), "
+            "Mixup 0.8, CutMix 1.0, label smoothing 0.1, random erasing 0.25, stochastic depth 0.1; no EMA (MAE "
+            "keeps none). MAE's head pools with a new fc_norm in place of the final norm; here the checkpoint's "
+            "final norm stays before the pooling. Expected: 83.6% top-1 (MAE, ViT-B, 1600-epoch pre-training). "
+            "On a 2-core machine reach the batch with --grad_accumulation_steps."
+        ),
+        model=decode_variant("B/16").replace(classifier="gap", drop_path_rate=0.1),
+        pretrained="timm/vit_base_patch16_224.mae", learning_rate=5e-4, lr_batch_reference=256, layer_decay=0.65,
+        train_steps=125_100, warmup_steps=6_255,
     ),
     "deit": _DEIT,
     "deit_distilled": _DEIT.replace(
@@ -407,6 +437,8 @@ def inert_fields(recipe):
         inert["label_smoothing"] = "task='mpp' (its targets are colours, not labels)"
     if not recipe.randaugment_layers:
         inert["randaugment_magnitude"] = "randaugment_layers=0"
+    if not recipe.ema_decay:
+        inert["ema_warmup"] = "ema_decay=0 (no average to warm up)"
     if recipe.optimizer == "sgd":
         inert.update(dict.fromkeys(("beta_1", "beta_2"), "optimizer='sgd'"))
     else:
@@ -415,11 +447,14 @@ def inert_fields(recipe):
 
 
 def check_replicas(recipe, num_replicas):
-    """The global batch must split evenly over the strategy's replicas."""
-    if recipe.batch_size % num_replicas:
-        nearest = max(num_replicas, recipe.batch_size // num_replicas * num_replicas)
-        raise ValueError(f"`batch_size` must be a multiple of the {num_replicas} replicas in sync; received "
-                         f"batch_size={recipe.batch_size} (nearest: {nearest})")
+    """The global batch must split evenly into micro-batches, each over the strategy's replicas."""
+    parts = num_replicas * recipe.grad_accumulation_steps
+    if recipe.batch_size % parts:
+        nearest = max(parts, recipe.batch_size // parts * parts)
+        over = (f"{num_replicas} replicas in sync x grad_accumulation_steps={recipe.grad_accumulation_steps}"
+                if recipe.grad_accumulation_steps > 1 else f"{num_replicas} replicas in sync")
+        raise ValueError(f"`batch_size` must be a multiple of the {over}; received batch_size={recipe.batch_size} "
+                         f"(nearest: {nearest})")
 
 
 def check_eval_every(eval_every, recipe=None):

@@ -141,6 +141,10 @@ def test_a_batch_the_replicas_do_not_divide_is_refused_before_the_data(model_dir
     refused(TINY.replace(batch_size=16), model_dir, "/nonexistent", r"`batch_size` must be a multiple of the 3 "
             r"replicas in sync; received batch_size=16 \(nearest: 15\)", strategy=three)
     recipes.check_replicas(TINY.replace(batch_size=18), 3)
+    with pytest.raises(ValueError, match=r"`batch_size` must be a multiple of the 3 replicas in sync x "
+                                         r"grad_accumulation_steps=2; received batch_size=15 \(nearest: 12\)"):
+        recipes.check_replicas(TINY.replace(batch_size=15, grad_accumulation_steps=2), 3)
+    recipes.check_replicas(TINY.replace(batch_size=18, grad_accumulation_steps=3), 3)
 
 
 def test_another_recipes_directory_keeps_its_record(model_dir, data_dir):

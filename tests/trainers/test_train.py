@@ -94,8 +94,8 @@ def event_scalars(folder):
     return scalars
 
 
-# The model of the scanned run three tests read.
-SCANNED = ["--scan_layers", "--dropout_rate=0.1", "--num_layers=2"]
+# The model of the scanned run three tests read; layer decay over stacked blocks and PatchDropout ride along.
+SCANNED = ["--scan_layers", "--dropout_rate=0.1", "--num_layers=2", "--layer_decay=0.75", "--patch_dropout=0.25"]
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +180,11 @@ def test_info_lines_only_with_verbosity(refused_runs, verbosity, shown):
 
 @pytest.mark.slow
 def test_killed_and_resumed_ends_with_the_uninterrupted_weights(tmp_path, data_dir):
+    """With the fine-tuning options on: the weight EMA (its average checkpointed; model.npz and best/ take it), layer
+    decay and two accumulated micro-batches per step."""
     # Two checkpoints are enough: the kill falls after the first (step 10), the resume crosses into the second.
-    flags = ["--train_steps=20", "--checkpoint_every=10", "--deterministic", "--drop_path_rate=0.1"]
+    flags = ["--train_steps=20", "--checkpoint_every=10", "--deterministic", "--drop_path_rate=0.1",
+             "--ema_decay=0.9", "--layer_decay=0.75", "--grad_accumulation_steps=2"]
     # The uninterrupted run goes on beside the killed one and its resumption (CI time); op determinism makes
     # the weights independent of what else runs.
     with open(tmp_path / "whole.log", "w") as log:
@@ -336,7 +339,7 @@ def test_each_field_flag_shows_the_fields_own_help():
     assert plan.MODEL_FIELDS  # the flags are defined on import
     for name, field in {**recipes.FIELDS, **plan.MODEL_FIELDS}.items():
         assert flags.FLAGS[name].help == field.metadata["help"], name
-    assert flags.FLAGS["batch_size"].help == "Global batch size (split over replicas)."
+    assert flags.FLAGS["batch_size"].help.startswith("Global batch size of one optimiser step")
     assert flags.FLAGS["classifier"].help == MODEL_FIELDS["classifier"].metadata["help"]
 
 
@@ -415,6 +418,8 @@ def mode_output(distributed_runs, process, mode, output=None):
 
 @pytest.mark.slow
 def test_mirrored_over_two_cpus_equals_one_device(distributed_runs):
+    """Two replicas, each batch in two accumulated micro-batches, against one device's whole batches; layer decay
+    and the EMA on in both (tests/trainers/worker.py)."""
     _, one, _ = mode_output(distributed_runs, "mirrored", "one")
     _, mirrored, _ = mode_output(distributed_runs, "mirrored", "mirrored")
     assert int(one["replicas"]) == 1 and int(mirrored["replicas"]) == 2
@@ -422,6 +427,8 @@ def test_mirrored_over_two_cpus_equals_one_device(distributed_runs):
     assert weights and weights == [k for k in mirrored.files if k.startswith("w")]
     for key in weights:
         np.testing.assert_allclose(one[key], mirrored[key], atol=2e-5, err_msg=key)
+    for run in (one, mirrored):  # model.keras is the weight EMA's average (TINY's ema_decay), not the last weights
+        assert run["saved_minus_average"] == 0 and run["saved_minus_trained"] > 1e-4
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ message on the first line, then the traceback) and the next mode runs. Each mode
     deit, mpp          the distilled DeiT (an untrained MobileNetV3Small teacher) and the MPP task, under
                        MirroredStrategy; evaluations only at the end
     finetune           the digits recipe from mpp's model.npz, 10 steps on the default strategy
-    one, mirrored      deterministic: the default strategy against MirroredStrategy, clipped steps over two chunks
+    one, mirrored      deterministic: the default strategy against MirroredStrategy with two accumulated
+                       micro-batches per step, clipped steps over two chunks
     multi_worker       MultiWorkerMirroredStrategy from TF_CONFIG (alone: it must be made before TensorFlow starts)
 
 MirroredStrategy runs over two logical CPUs: the CPU is split before TensorFlow starts, hence a process of its own
@@ -31,13 +32,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import keras_vit
 from trainers import loop, train
 from trainers.strategy import make_strategy
 
 MODES = ("mirrored_defaults", "indivisible", "deit", "mpp", "finetune", "one", "mirrored", "multi_worker")
 # The clip binds (the first gradients' norm is about 0.35): replicas must clip their summed gradient.
+# Layer decay and the EMA ride along: their updates and the average's swap run under each strategy.
 TINY = dict(hidden_size=32, mlp_dim=64, num_heads=2, num_layers=1, batch_size=16, train_steps=20,
-            checkpoint_every=10, steps_per_execution=5, warmup_steps=5, grad_clip_norm=0.1)
+            checkpoint_every=10, steps_per_execution=5, warmup_steps=5, grad_clip_norm=0.1, layer_decay=0.75,
+            ema_decay=0.9)
 # The single-process modes need a few clipped steps over two chunks (a checkpoint between), not 20: one device
 # against two compares weights after them, the defaults' run shows XLA turned off and training going.
 SHORT = dict(train_steps=10, checkpoint_every=5)
@@ -82,9 +86,19 @@ def run_mode(mode, out, data_dir, mirrored):
         strategy = mirrored if mode == "mirrored" else tf.distribute.get_strategy()
         short = SHORT
     tf.config.experimental.enable_op_determinism()
-    recipe = train.resolve_recipe("digits", {**TINY, **short, "jit_compile": "false"})
+    # Two replicas, each batch in two accumulated micro-batches: the same updates as one device's whole batches.
+    accumulated = {"grad_accumulation_steps": 2} if mode == "mirrored" else {}
+    recipe = train.resolve_recipe("digits", {**TINY, **short, **accumulated, "jit_compile": "false"})
     model, _ = loop.train(recipe, model_dir, strategy, "cpu", data_dir)
-    return {"replicas": strategy.num_replicas_in_sync, **{f"w{i}": w for i, w in enumerate(model.get_weights())}}
+    weights = {"replicas": strategy.num_replicas_in_sync, **{f"w{i}": w for i, w in enumerate(model.get_weights())}}
+    if mode == "multi_worker":  # only the chief writes model.keras
+        return weights
+    # model.keras holds the EMA's average (the optimiser's), not the trained weights the model is left with.
+    saved = keras_vit.load_model(model_dir / "model.keras").trainable_weights
+    averages = [keras.ops.convert_to_numpy(a) for a in model.optimizer._model_variables_moving_average]
+    trained = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+    return {**weights, "saved_minus_average": max(np.abs(s - a).max() for s, a in zip(saved, averages, strict=True)),
+            "saved_minus_trained": max(np.abs(s - t).max() for s, t in zip(saved, trained, strict=True))}
 
 
 def _two_cpus():
