@@ -387,6 +387,9 @@ def problems(recipe):
             "randaugment_magnitude_std > 0 is not supported: Model Garden 2.20's RandAugment then compares "
             "int32 levels with uint8 pixels in Posterize and Solarize (TypeError); "
             f"received randaugment_magnitude_std={recipe.randaugment_magnitude_std}")
+    if recipe.grad_accumulation_steps >= 1 and recipe.batch_size % recipe.grad_accumulation_steps:  # before replicas
+        found.append(f"`batch_size` must be a multiple of grad_accumulation_steps={recipe.grad_accumulation_steps} "
+                     f"(its micro-batches); received batch_size={recipe.batch_size}")
     check(_check_dataset, recipe)
     check(_check_pretrained, recipe)
     check(_check_task, recipe)

@@ -74,6 +74,8 @@ def test_recipes_are_frozen():
     ({"ema_warmup": False}, r"--ema_warmup=False would change nothing with ema_decay=0"),
     ({"layer_decay": 0.0}, r"`layer_decay` must be in \(0, 1\]; received layer_decay=0.0"),
     ({"ema_decay": 1.0}, r"`ema_decay` must be in \[0, 1\); received ema_decay=1.0"),
+    ({"grad_accumulation_steps": 3}, r"`batch_size` must be a multiple of grad_accumulation_steps=3 \(its "
+                                     r"micro-batches\); received batch_size=64"),
     ({"grad_accumulation_steps": 0}, r"`grad_accumulation_steps` must be in \[1, inf\); received "
                                      r"grad_accumulation_steps=0"),
 ])
