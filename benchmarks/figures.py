@@ -421,6 +421,31 @@ def remat_memory_region(results):
                       "step s remat", "step time"], rows))
 
 
+# --- benchmarks.patch_dropout
+
+def patch_dropout_region(results):
+    data = _load(results, "patch_dropout_cpu.json")
+    rows = [[f"{r['patch_dropout']:g}", r["tokens"], _spread(r["step_cpu_s"]), f"{_spread(r['cpu_ratio'])}x",
+             _spread(r["step_s"]), f"{_spread(r['step_ratio'])}x", _spread(r["cores_busy"], "{:.1f}"),
+             _spread(r["peak_rss_mb"], "{:.0f}"), f"{_spread(r['memory_ratio'])}x",
+             f"{_spread(r['step_memory_ratio'])}x"] for r in data["results"]]
+    gemms = [r["gemm_gflops"] for r in data["rounds"]]
+    fit = data["memory_fit"]
+    return (f"{_provenance('patch_dropout_cpu.json', data)}; {data['variant']} training at {data['image_size']} px, "
+            f"batch {data['batch']}, AdamW, XLA {'on' if data['jit_compile'] else 'off'}, {data['steps']} timed steps "
+            f"per process after the compiling one, a fresh process per rate in each of {len(data['rounds'])} rounds, "
+            f"each round starting with numpy's GEMM ({min(gemms):.0f}-{max(gemms):.0f} GFLOP/s). Tokens: those the "
+            "blocks see in training (class token and kept patches). Each rate's ratios are to rate 0 in the same "
+            "round: the step's CPU time and wall time (cores busy: CPU over wall time; the machine's other "
+            "processes take cores, which CPU time does not count), peak memory (`ru_maxrss`) and the step's own "
+            "memory (peak minus the memory before the first step); median "
+            f"(min-max) over the rounds. A least-squares line through the median peaks gives {fit['fixed_mb']:.0f} "
+            f"MB that do not scale with the tokens (runtime, weights, gradients, AdamW's state) and "
+            f"{fit['per_token_mb']:.1f} MB per token.\n\n"
+            + _table(["patch_dropout", "tokens", "CPU s", "CPU time", "wall s", "wall time", "cores busy", "peak MB",
+                      "peak memory", "step memory"], rows))
+
+
 # --- benchmarks.rope_inference
 
 def rope_inference_region(results):
@@ -663,6 +688,7 @@ REGIONS = {
     "input-pipeline": input_pipeline_region,
     "remat-memory": remat_memory_region,
     "rope-inference": rope_inference_region,
+    "patch-dropout": patch_dropout_region,
     "fewshot-digits": fewshot_region,
     "main-job": main_job_region,
     "main-job-seeds": main_job_seeds_region,
@@ -692,6 +718,7 @@ SOURCES = {
     "input-pipeline": ("input_pipeline_cpu.json",),
     "remat-memory": ("remat_memory_cpu.json",),
     "rope-inference": ("rope_inference_cpu.json",),
+    "patch-dropout": ("patch_dropout_cpu.json",),
     "fewshot-digits": ("fewshot_digits.json", "fewshot_digits_untrained.json"),
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
