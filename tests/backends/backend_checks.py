@@ -9,8 +9,8 @@ golden fixture (official `.npz` and timm safetensors, through the public
 results, whether an official `.npz` written by `save_npz` loads back bit for
 bit, resized pixels (`keras_vit.resize_and_center_crop`, `resize_pixels`), the
 pixels `keras_vit.explain` reads from a PNG and (off TensorFlow) the figures it
-writes, the refusals of inputs of the wrong shape, and whether TensorFlow was
-imported; it saves `OUT_DIR/<backend>_<encoder>.keras`
+writes, the refusals of inputs of the wrong shape, PatchDropout's kept tokens, and
+whether TensorFlow was imported; it saves `OUT_DIR/<backend>_<encoder>.keras`
 (unrolled and scanned encoders, each renamed into place once whole) with their outputs, then waits for every other
 backend's files and loads them (`loaded_<saver>_<encoder>` outputs). The three backends run at once, each
 in its own process (TensorFlow in the test's): one that fails leaves `OUT_DIR/<backend>.failed`, and the others stop
@@ -304,6 +304,23 @@ def wrong_inputs():
     return out
 
 
+def patch_dropout():
+    """{`patch_dropout:<what>`}: PatchDropout's training draw (tokens, places) and inference answer on 2 examples of a
+    class token and 10 numbered patches, and a tiny rotary ViT's encoded sequence in training and at inference."""
+    from keras_vit.layers import PatchDropout
+
+    tokens = np.arange(2 * 11 * 4, dtype="float32").reshape(2, 11, 4)
+    layer = PatchDropout(0.5, num_prefix_tokens=1, return_indices=True, seed=0)
+    kept, places = layer(tokens, training=True)
+    same, every = layer(tokens)
+    model = keras_vit.ViT(**TINY, rotary_embedding="rope_axial", position_embedding="none", patch_dropout=0.5)
+    encoded = keras.Model(model.input, model.get_layer("encoder_block_1").output)
+    return {"patch_dropout:tokens": tokens, "patch_dropout:kept": numpy(kept), "patch_dropout:places": numpy(places),
+            "patch_dropout:inference": numpy(same), "patch_dropout:inference_places": numpy(every),
+            "patch_dropout:encoded_training": numpy(encoded(keras_file_images(), training=True)),
+            "patch_dropout:encoded": numpy(encoded(keras_file_images()))}
+
+
 def tensorflow_imported():
     return any(name.split(".")[0] == "tensorflow" and module is not None for name, module in sys.modules.items())
 
@@ -325,6 +342,7 @@ def run(directory):
         out.update(resized(case))
     out.update(explain(directory))
     out.update(wrong_inputs())
+    out.update(patch_dropout())
     out.update(fine_tuning_checks.run())
     out["backend"] = keras.backend.backend()
     out["tensorflow_imported"] = tensorflow_imported()

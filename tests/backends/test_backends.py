@@ -216,6 +216,22 @@ def test_inputs_of_the_wrong_shape_are_refused_naming_both_shapes(results, backe
                             rf"{re.escape(str(shape))}", message), (case, way, message)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_patch_dropout_keeps_the_class_token_and_half_the_patches_in_order_and_is_the_identity_at_inference(
+        results, backend):
+    out = on(results, backend)
+    tokens, kept, places = (out[f"patch_dropout:{what}"] for what in ("tokens", "kept", "places"))
+    assert kept.shape == (2, 1 + 5, 4) and (places[:, 0] == 0).all() and places.max() < 11
+    assert (np.diff(places, axis=1) > 0).all() and not np.array_equal(places[0], places[1])
+    np.testing.assert_array_equal(kept, np.take_along_axis(tokens, places[:, :, None], axis=1))
+    np.testing.assert_array_equal(out["patch_dropout:inference"], tokens)
+    np.testing.assert_array_equal(out["patch_dropout:inference_places"], [np.arange(11)] * 2)
+    # The tiny rotary ViT's 2 x 2 grid keeps 2 patches beside its class token in training, all 4 at inference.
+    encoded = out["patch_dropout:encoded_training"]
+    assert encoded.shape == (2, 3, 16) and out["patch_dropout:encoded"].shape == (2, 5, 16)
+    assert np.isfinite(encoded).all()
+
+
 def test_the_trainer_and_the_exporter_refuse_another_backend_in_one_line(tmp_path):
     from tests.processes import run_together
 
