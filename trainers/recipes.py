@@ -409,6 +409,8 @@ def _check_task(recipe):
     if recipe.task == "mpp":
         needs = (("distillation", recipe.distillation, "none"), ("pretrained", recipe.pretrained, ""),
                  ("resnet_num_layers", recipe.model.resnet_num_layers, None),
+                 # It predicts every chosen patch from its own output token.
+                 ("patch_dropout", recipe.model.patch_dropout, 0.0),
                  # Mixed images would mix the colours MPP predicts, without mixing its targets.
                  ("mixup_alpha", recipe.mixup_alpha, 0.0), ("cutmix_alpha", recipe.cutmix_alpha, 0.0))
         for name, actual, value in needs:

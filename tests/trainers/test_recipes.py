@@ -70,6 +70,7 @@ def test_recipes_are_frozen():
     ({"optimizer": "sgd", "beta_1": 0.5}, r"--beta_1=0.5 would change nothing with optimizer='sgd'"),
     ({"randaugment_magnitude": 20.0}, r"--randaugment_magnitude=20.0 would change nothing with randaugment_layers=0"),
     ({"task": "mpp", "mixup_alpha": 0.8}, r"task='mpp' .* needs mixup_alpha=0.0; received mixup_alpha=0.8"),
+    ({"task": "mpp", "patch_dropout": 0.5}, r"task='mpp' .* needs patch_dropout=0.0; received patch_dropout=0.5"),
     ({"seed": 2**32}, r"`seed` must be in \[0, 4294967295\]; received seed=4294967296"),
     ({"ema_warmup": False}, r"--ema_warmup=False would change nothing with ema_decay=0"),
     ({"layer_decay": 0.0}, r"`layer_decay` must be in \(0, 1\]; received layer_decay=0.0"),
