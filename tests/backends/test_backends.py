@@ -133,13 +133,13 @@ def test_fit_lowers_the_loss(results, backend):
     assert np.isfinite(losses).all() and losses[-1] < 0.75 * losses[0], losses
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "tensorflow"])
 def test_the_fine_tuning_optimizer_follows_its_formulas(results, backend):
-    """Layer decay's rate and weight-decay scales on Adam's first step (unrolled and scanned), the EMA against
-    timm's ModelEmaV3 arithmetic and the weights given back after it, Keras' accumulation against a whole batch
-    (tests/fine_tuning_checks.py)."""
+    """Layer decay's rate and weight-decay scales on Adam's first step (scanned: stacked and single weights), the EMA
+    against timm's ModelEmaV3 arithmetic and the weights given back after it, Keras' accumulation against a whole
+    batch (tests/fine_tuning_checks.py; on TensorFlow, tests/test_fine_tuning.py)."""
     out = on(results, backend)
-    for key in ("layer_decay:False", "layer_decay:True", "weight_decay"):
+    for key in ("layer_decay", "weight_decay"):
         assert out[f"fine_tuning:{key}"] < 2e-3, key
     for key in ("ema", "ema_restored", "accumulation"):
         assert out[f"fine_tuning:{key}"] < 2e-6, key
