@@ -528,6 +528,29 @@ def digits_pretraining_region(results):
             + _table(["arm", "mean", "range", "per seed"], rows))
 
 
+# --- benchmarks.fine_tuning_digits
+
+def fine_tuning_digits_region(results):
+    """Each fine-tuning arm's test top-1 and best validation top-1 over seeds, from the same MPP models."""
+    data = _load(results, "fine_tuning_digits.json")
+    rows = [[name, f"{arm['mean']:.2%}", f"{arm['min']:.2%}-{arm['max']:.2%}",
+             ", ".join(f"{r['test_top1']:.2%}" for r in arm["runs"]),
+             f"{arm['best_validation']['mean']:.2%}",
+             f"{arm['best_validation']['min']:.2%}-{arm['best_validation']['max']:.2%}"]
+            for name, arm in data["results"].items()]
+    seconds = [r["seconds"] for arm in data["results"].values() for r in arm["runs"]]
+    steps, examples = data["steps"], data["examples"]
+    return (f"{_provenance('fine_tuning_digits.json', data)}; per seed ({', '.join(map(str, data['seeds']))}) one "
+            f"MPP pre-training of {steps['pretraining']} steps, then four fine-tunes of its `model.npz` for "
+            f"{steps['fine_tuning']} steps each, holding out {data['validation_fraction']:.0%} of the training "
+            f"images ({examples['validation']}) and evaluating them every {data['eval_every']} steps; each "
+            f"fine-tune {min(seconds):.0f}-{max(seconds):.0f} s, {data['wall_s'] / 60:.0f} minutes in all. Test "
+            f"top-1 of the final model (with the EMA, the average) on the {examples['test']} test digits, and the "
+            "best validation top-1:\n\n"
+            + _table(["arm", "test mean", "test range", "test per seed", "best validation mean",
+                      "best validation range"], rows))
+
+
 # --- issue 18's targets, one row each (the README's performance table)
 
 _PERFORMANCE = "docs/performance.md"
@@ -685,6 +708,7 @@ def targets_region(link):
 
 REGIONS = {
     "digits-pretraining": digits_pretraining_region,
+    "fine-tuning-digits": fine_tuning_digits_region,
     "input-pipeline": input_pipeline_region,
     "remat-memory": remat_memory_region,
     "rope-inference": rope_inference_region,
@@ -715,6 +739,7 @@ REGIONS = {
 # Which result files each region reads (BUILD.md lists them; a test checks every file is read).
 SOURCES = {
     "digits-pretraining": ("digits_pretraining.json",),
+    "fine-tuning-digits": ("fine_tuning_digits.json",),
     "input-pipeline": ("input_pipeline_cpu.json",),
     "remat-memory": ("remat_memory_cpu.json",),
     "rope-inference": ("rope_inference_cpu.json",),
