@@ -86,8 +86,9 @@ def arms(steps, teacher):
             "--distillation=hard", "--distilled=true"]],
         "MPP then fine-tuning": [DIGITS_MPP + [f"--train_steps={half}", f"--warmup_steps={half // 40}",
                                                "--validation_fraction=0"],
-                                 [f"--train_steps={half}", f"--warmup_steps={half // 40}", "--pretrained={mpp}",
-                                  "--validation_fraction=0"]],
+                                 # --recipe: with --pretrained alone the trainer takes vit_finetune's (ImageNet).
+                                 ["--recipe=digits", f"--train_steps={half}", f"--warmup_steps={half // 40}",
+                                  "--pretrained={mpp}", "--validation_fraction=0"]],
     }
 
 
