@@ -116,6 +116,14 @@ def print_table(rows, columns):
         print("  ".join(str(row[c]).ljust(w) for c, w in zip(columns, widths, strict=True)))
 
 
+def worker_json(command, what, **run_args):
+    """Runs a worker process; returns the JSON object of its last line of output, or raises naming `what`."""
+    result = subprocess.run(command, capture_output=True, text=True, **run_args)
+    if result.returncode:
+        raise RuntimeError(f"{what} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def train_metrics(model_dir, *flags):
     """Runs `python -m trainers.train --model_dir=MODEL_DIR FLAGS...` in a fresh process; returns its metrics.json."""
     result = subprocess.run([sys.executable, "-m", "trainers.train", f"--model_dir={model_dir}", *flags],

@@ -15,7 +15,6 @@ disturbs less than wall time.
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -110,10 +109,7 @@ def measure_keras_vit(variant, optimizer):
     command = [sys.executable, "-m", "benchmarks.first_call", f"--worker={variant}", f"--compile_with={optimizer}",
                f"--batch={_BATCH.value}", f"--threads={_THREADS.value}", f"--steady_steps={_STEADY_STEPS.value}",
                f"--tiny={_TINY.value}"]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=run.ROOT)
-    if result.returncode:
-        raise RuntimeError(f"the {variant} {optimizer} process failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return common.worker_json(command, f"the {variant} {optimizer} process", env=env, cwd=run.ROOT)
 
 
 def measure_timm(python, variant):

@@ -39,7 +39,6 @@ import importlib.metadata
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
@@ -225,10 +224,7 @@ print(json.dumps({
 
 
 def run_json(command, side):
-    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    if result.returncode:
-        raise RuntimeError(f"the {side} worker failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return common.worker_json(command, f"the {side} worker", cwd=ROOT)
 
 
 def measure(side, folder, timm_python):

@@ -20,7 +20,6 @@ are taken within a round.
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
@@ -72,13 +71,10 @@ def worker(rate):
 
 
 def measure(rate):
-    result = subprocess.run(
+    return common.worker_json(
         [sys.executable, "-m", "benchmarks.patch_dropout", f"--worker={rate}", f"--variant={_VARIANT.value}",
          f"--image_size={_IMAGE_SIZE.value}", f"--batch={_BATCH.value}", f"--steps={_STEPS.value}",
-         f"--jit_compile={_JIT.value}"], capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"the patch_dropout={rate} worker failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+         f"--jit_compile={_JIT.value}"], f"the patch_dropout={rate} worker")
 
 
 def _ratios(run, baseline):

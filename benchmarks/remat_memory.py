@@ -13,7 +13,6 @@ GEMM rate so the machine's drift shows; the ratios are taken within a round.
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
@@ -60,13 +59,10 @@ def worker():
 
 
 def measure(remat):
-    result = subprocess.run(
+    return common.worker_json(
         [sys.executable, "-m", "benchmarks.remat_memory", "--worker", f"--remat={remat}", f"--variant={_VARIANT.value}",
          f"--batch={_BATCH.value}", f"--steps={_STEPS.value}", f"--jit_compile={_JIT.value}"],
-        capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"the remat={remat} worker failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+        f"the remat={remat} worker")
 
 
 def main(argv):

@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -108,13 +107,10 @@ def first_call(name):
 
 
 def measure_first_call(name):
-    result = subprocess.run(
+    return common.worker_json(
         [sys.executable, "-m", "benchmarks.rope_inference", f"--first_call={name}", f"--variant={_VARIANT.value}",
          f"--image_size={_IMAGE_SIZE.value}", f"--batch={_BATCH.value}", f"--threads={_THREADS.value}",
-         f"--jit_compile={_JIT.value}"], capture_output=True, text=True)
-    if result.returncode:
-        raise RuntimeError(f"the first call of {name} failed:\n{result.stderr[-3000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+         f"--jit_compile={_JIT.value}"], f"the first call of {name}")
 
 
 def steady(names):
