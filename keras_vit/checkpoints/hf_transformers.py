@@ -176,7 +176,16 @@ def labels(path):
     id2label = _config_json(str(path)).get("id2label")
     if not id2label:
         return None
-    return [id2label[str(i)] for i in range(len(id2label))]
+    where = f"{os.path.join(str(path), 'config.json')}: id2label"
+    names = {}
+    for key, name in id2label.items():  # keyed by class index as text; JSON keeps them in no promised order
+        if not re.fullmatch(r"0|[1-9]\d*", str(key)):
+            raise ValueError(f"{where} must be keyed by class indices 0, 1, ...; received key {key!r}")
+        names[int(key)] = str(name)
+    missing = sorted(set(range(max(names) + 1)) - set(names))
+    if missing:
+        raise ValueError(f"{where} must name every class from 0 to {max(names)}; it skips {missing}")
+    return [names[i] for i in range(len(names))]
 
 
 # ------------------------------------------------------------------ reading

@@ -75,6 +75,25 @@ def test_labels_are_read(tmp_path):
     assert checkpoints.checkpoint_labels(os.path.join(os.path.dirname(FIXTURES), "token.npz")) is None
 
 
+def test_id2label_is_read_by_its_keys_and_a_gap_is_refused(tmp_path):
+    """JSON promises no key order, and a skipped id would shift every later name by one class."""
+    folder = tmp_path / "vit"
+    shutil.copytree(os.path.join(FIXTURES, "vit_classifier"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    for id2label, expected in (({"1": "dog", "0": "cat", "2": "bird"}, ["cat", "dog", "bird"]),
+                               ({"0": "cat", "1": "dog", "3": "fish"}, r"must name every class from 0 to 3; "
+                                                                       r"it skips \[2\]"),
+                               ({"0": "cat", "one": "dog"}, r"must be keyed by class indices 0, 1, ...; "
+                                                            r"received key 'one'"),
+                               ({"0": "cat", "01": "dog"}, r"must be keyed .* received key '01'")):
+        (folder / "config.json").write_text(json.dumps({**config, "id2label": id2label}))
+        if isinstance(expected, list):
+            assert hf_transformers.labels(str(folder)) == expected
+        else:
+            with pytest.raises(ValueError, match=re.escape(str(folder / "config.json")) + ": id2label " + expected):
+                hf_transformers.labels(str(folder))
+
+
 def test_weights_load_into_a_built_model():
     model = keras_vit.ViT(checkpoints.config_from_checkpoint(os.path.join(FIXTURES, "vit_tanh")),
                           weights=os.path.join(FIXTURES, "vit_tanh"), classifier_activation=None)
