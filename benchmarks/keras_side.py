@@ -118,10 +118,10 @@ def _export(variant, image_size, precision, num_layers, scan_layers, jit_compile
 
     model = _model(variant, image_size, precision, num_layers, scan_layers)
     if export_format == "openvino":
-        from export import openvino_ir
+        from export import openvino as openvino_export
 
         images = np.random.default_rng(0).uniform(-1, 1, (2, image_size, image_size, 3)).astype(np.float32)
-        path = openvino_ir.export_openvino(model, os.path.join(folder, "ir"), images)["xml_path"]
+        path = openvino_export.export_openvino(model, os.path.join(folder, "ir"), images)["xml_path"]
     else:
         from export import saved_model
 

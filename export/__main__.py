@@ -9,6 +9,7 @@ flag is checked before TensorFlow is imported: a bad one is refused at once.
 
 import dataclasses
 import glob
+import importlib
 import os
 import pathlib
 import sys
@@ -17,11 +18,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from export import choices, extras  # noqa: E402  (TensorFlow loads in main(), once the flags have passed)
+from export import choices  # noqa: E402  (TensorFlow loads in main(), once the flags have passed)
 from keras_vit.backends import tensorflow_backend_problem  # noqa: E402  (imports Keras when called)
 from keras_vit.checks import is_hub_id  # noqa: E402  (Keras-free)
 
-FORMATS = ("saved_model", "tflite", "openvino")
+FORMATS = tuple(choices.FORMATS)
 _MODEL = flags.DEFINE_string("model", None, "A .keras file, or a checkpoint: an official or big_vision .npz, a timm "
                                             ".safetensors file or model directory, a Hugging Face transformers "
                                             "directory, or a Hugging Face hub id (org/name).")
@@ -64,9 +65,7 @@ def read_labels(path):
 
 
 # Flags of some formats only: given with another, they would be ignored.
-FORMAT_FLAGS = {"saved_model": ("name", "version", "top_k", "max_image_pixels", "jit_compile", "overwrite"),
-                "tflite": ("quantize", "images", "calibration_images", "force"),
-                "openvino": ("images",)}
+FORMAT_FLAGS = {name: f.flags for name, f in choices.FORMATS.items()}
 
 
 def check_flags():
@@ -84,7 +83,7 @@ def check_flags():
             takers = ", ".join(f for f in FORMATS if set(FORMAT_FLAGS[f]) >= {m[2:] for m in misplaced})
             raise app.UsageError(f"{', '.join(misplaced)} apply to --format={takers} only; received --format={fmt}")
     images = calibration = None
-    if fmt in ("tflite", "openvino"):
+    if choices.FORMATS[fmt].images:
         if not _IMAGES.value:
             raise app.UsageError(f"--format={fmt} checks the model on real images: pass --images=GLOB")
         images = sorted(glob.glob(_IMAGES.value))
@@ -134,25 +133,19 @@ def main(argv):
         return 0
     image_files, calibration_files = check_flags()
     labels = read_labels(_LABELS.value) if _LABELS.value else None
-    missing = tensorflow_backend_problem("export") or extras.missing_message(_FORMAT.value)
+    missing = tensorflow_backend_problem("export") or choices.missing_message(_FORMAT.value)
     if missing:
         raise SystemExit(missing)  # one line, no traceback: nothing has been read or written
     import keras_vit
-    from export import tflite
+    from export import common
 
     try:
         sized = {"image_size": _IMAGE_SIZE.value} if _IMAGE_SIZE.value is not None else {}
         model = keras_vit.load_model(_MODEL.value, classifier_activation=None, **sized)  # logits from a checkpoint
-        if labels is None and not _MODEL.value.endswith(".keras"):  # a transformers directory names its classes
-            labels = keras_vit.checkpoints.checkpoint_labels(_MODEL.value)
-        if _FORMAT.value == "saved_model":
-            _saved_model(model, labels)
-        elif _FORMAT.value == "tflite":
-            _tflite(model, labels, image_files, calibration_files)
-        else:
-            _openvino(model, labels, image_files)
-    except tflite.ToleranceError as error:  # the flags were right; the converted model is not
-        raise SystemExit(str(error)) from error
+        request = _request(model, model_labels(model, labels), image_files, calibration_files)
+        importlib.import_module(f"export.{_FORMAT.value}").from_command_line(model, request)
+    except (common.ToleranceError, common.ModelError) as error:  # the flags were right; the model is not
+        raise SystemExit(f"export: {error}") from error
     except keras_vit.checkpoints.WeightsUnavailable as error:  # offline: its three lines say what to do, no usage hint
         raise SystemExit(f"export: {error}") from None
     except ValueError as error:  # what the model or the flags cannot do, named by the check that found it
@@ -160,52 +153,47 @@ def main(argv):
     return 0
 
 
-def _saved_model(model, labels):
-    from export import saved_model
+def model_labels(model, labels):
+    """The class names: `labels` (`--labels`), else the checkpoint's own (a transformers directory's `id2label`),
+    or None.
 
-    path = saved_model.export_saved_model(
-        model, _OUTPUT.value, _NAME.value, _VERSION.value, labels, _CROP.value, _TOP_K.value,
-        metadata={"source": _MODEL.value}, max_image_pixels=_MAX_PIXELS.value, overwrite=_OVERWRITE.value,
-        jit_compile=_JIT_COMPILE.value)
-    print(f"SavedModel written to {path} (served through TensorFlow's C API and checked against Keras)")
-    print(saved_model.inspect(path))
-
-
-def _read_images(model, image_files):
-    """(the preprocessing's fields for metadata.json, a reader of image files into the model's inputs).
-
-    For a model that takes the decoded, scaled image (TFLite, OpenVINO), not its bytes.
+    Their count is checked against the head here, where the message can name where they came from.
     """
-    from export import preprocessing
+    import keras_vit
+    from export import common
 
+    if labels is not None:
+        source = f"--labels={_LABELS.value!r} (one class name per line)"
+    elif _MODEL.value.endswith(".keras"):
+        return None
+    else:
+        try:
+            labels = keras_vit.checkpoints.checkpoint_labels(_MODEL.value)
+        except ValueError as error:  # a gap or a key that is no class index, named in config.json
+            raise ValueError(f"{error}: correct it, or pass --labels=FILE with one class name per line") from None
+        source = f"{os.path.join(_MODEL.value, 'config.json')}'s id2label"
+    if labels is not None and common.is_classifier(model) and len(labels) != model.output_shape[-1]:
+        fix = "" if _LABELS.value else ": correct it, or pass --labels=FILE with one class name per line"
+        raise ValueError(f"{source} names {len(labels)} classes; the model's head has {model.output_shape[-1]}{fix}")
+    return labels
+
+
+def _request(model, labels, image_files, calibration_files):
+    """The `common.Request` of the flags, `--images` decoded and scaled as the model takes them."""
+    from export import common, preprocessing
+
+    fmt = choices.FORMATS[_FORMAT.value]
+    options = {name: flags.FLAGS[name].value for name in fmt.flags}
+    metadata = {"source": _MODEL.value}
+    if not fmt.images:
+        return common.Request(_OUTPUT.value, labels, metadata, crop_fraction=_CROP.value, options=options)
     # Decoded as a request's images are, but without a request's bound on their size: the user's own files.
     steps = preprocessing.Preprocessing.for_model(model, _CROP.value, max_image_pixels=2**31 - 1)
     fields = dataclasses.asdict(steps)
     del fields["max_image_pixels"]  # the model takes no encoded images
-    return fields, lambda files: preprocessing.read_images(files, steps)
-
-
-def _openvino(model, labels, image_files):
-    from export import openvino_ir
-
-    fields, read = _read_images(model, image_files)
-    result = openvino_ir.export_openvino(model, _OUTPUT.value, read(image_files), labels=labels,
-                                         metadata={"source": _MODEL.value, **fields})
-    print(f"OpenVINO IR written to {result['xml_path']}: on {result['num_images']} images, top-1 agreement "
-          f"{result['top1_agreement']:.2%}, max |difference| of probabilities "
-          f"{result['max_abs_diff_probabilities']:.2e} (OpenVINO's CPU runtime against Keras)")
-
-
-def _tflite(model, labels, image_files, calibration_files):
-    from export import tflite
-
-    fields, read = _read_images(model, image_files)
-    images = read(image_files)
-    calibration = images if calibration_files is image_files else read(calibration_files)
-    result = tflite.export_tflite(model, _OUTPUT.value, _QUANTIZE.value, representative_images=calibration,
-                                  verify_images=images, labels=labels, force=_FORCE.value,
-                                  metadata={"source": _MODEL.value, **fields})
-    tflite.print_table([{"quantize": _QUANTIZE.value, **result}])
+    images = preprocessing.read_images(image_files, steps)
+    calibration = images if calibration_files is image_files else preprocessing.read_images(calibration_files, steps)
+    return common.Request(_OUTPUT.value, labels, {**metadata, **fields}, images, calibration, options=options)
 
 
 def run(argv):

@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from export import preprocessing as prep
 from export import serving_check
-from export.labels import check_labels, is_classifier
+from export.common import check_finite_weights, check_labels, is_classifier
 from keras_vit.model import head_input, outputs_probabilities
 from keras_vit.preprocessing import RANGE_MARGIN
 from keras_vit.trim import trim_last_block
@@ -226,6 +226,7 @@ def _check_arguments(model, labels, top_k, metadata):
     clashes = sorted(set(metadata or {}) & set(METADATA_KEYS))
     if clashes:
         raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
+    check_finite_weights(model)
     if is_classifier(model):
         outputs_probabilities(model)  # a head that is neither softmax nor logits is refused here
         classes = model.output_shape[-1]
@@ -321,6 +322,17 @@ def export_saved_model(model, base_dir, name="vit", version=None, labels=None, c
                 except OSError:
                     break
     return final
+
+
+def from_command_line(model, request):
+    """`python -m export --format=saved_model`: writes the next (or `--version`) version and prints its signatures."""
+    options = request.options
+    path = export_saved_model(
+        model, request.output, options["name"], options["version"], request.labels, request.crop_fraction,
+        options["top_k"], metadata=request.metadata, max_image_pixels=options["max_image_pixels"],
+        overwrite=options["overwrite"], jit_compile=options["jit_compile"])
+    print(f"SavedModel written to {path} (served through TensorFlow's C API and checked against Keras)")
+    print(inspect(path))
 
 
 def _save(model, path, preprocessing, labels, top_k, jit_compile, check_input_range=True):

@@ -28,7 +28,6 @@ block's first LayerNorm, and the final LayerNorm with the pooling).
 
 import contextlib
 import functools
-import json
 import os
 import re
 import statistics
@@ -42,17 +41,28 @@ import tensorflow as tf
 from keras import ops
 
 from export.choices import QUANTIZATIONS
-from export.labels import check_labels, is_classifier
-from export.preprocessing import Preprocessing
-from keras_vit.atomic_files import new_directory
+from export.common import (
+    FLOAT_TOLERANCE,
+    LABELS_FILE,
+    METADATA_FILE,
+    ToleranceError,
+    check_export_arguments,
+    check_images,
+    check_metadata,
+    compare,
+    input_and_output,
+    input_shape,
+    keras_scores,
+    staged,
+    tolerance_failures,
+)
 from keras_vit.checks import check_choice
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.scanned_encoder import ScannedEncoder, block_name
-from keras_vit.model import outputs_probabilities
 
 # Stated bounds, checked on the tests' trained ViT (tests/export/test_tflite.py).
 TOLERANCES = {
-    "none": dict(max_abs=1e-4, agreement=1.0),
+    "none": FLOAT_TOLERANCE,
     "float16": dict(max_abs=5e-2, agreement=0.98),
     "dynamic": dict(max_abs=0.25, agreement=0.95),
     "int8": dict(agreement=0.99),
@@ -92,44 +102,7 @@ def _warn_if_few(count, done):
 
 
 LATENCY_RUNS = 10
-FILES = ("model_{quantize}.tflite", "labels.txt", "metadata.json")
-
-
-def input_shape(model):
-    """Returns the batch-1 input shape `(1, height, width, channels)` of `model`.
-
-    Args:
-        model: `keras.Model` with one image input of fixed size.
-
-    Returns:
-        A tuple of four ints.
-    """
-    shape = tuple(model.input_shape)
-    if len(shape) != 4 or None in shape[1:]:
-        raise ValueError(
-            "TFLite export needs one image input of fixed (height, width, channels) "
-            f"(build the model with dynamic_image_size=False); received input_shape={shape}"
-        )
-    return (1, *shape[1:])
-
-
-def check_images(images, model, name):
-    """Returns `images` as float32 `(n, height, width, channels)`, n >= 1, matching `model`."""
-    expected = input_shape(model)[1:]
-    images = np.asarray(images, np.float32)
-    if images.ndim != 4 or images.shape[1:] != expected or len(images) == 0:
-        raise ValueError(
-            f"`{name}` must be float pixels of shape (n >= 1, {', '.join(map(str, expected))}); "
-            f"received shape {images.shape}"
-        )
-    # Pixels not yet scaled would be checked on inputs the model never sees (and calibrate int8 to them).
-    low, high = Preprocessing.for_model(model).input_range
-    if not (np.isfinite(images).all() and images.min() >= low - 1e-3 and images.max() <= high + 1e-3):
-        raise ValueError(
-            f"`{name}` must be the model's inputs, in [{low:.3g}, {high:.3g}] (pixels scaled by "
-            f"keras_vit.preprocess_input); received values in [{images.min():.3g}, {images.max():.3g}]"
-        )
-    return images
+FILE = "model_{quantize}.tflite"  # beside common.LABELS_FILE and METADATA_FILE
 
 
 def convert(model, quantize="none", representative_images=None):
@@ -436,20 +409,6 @@ def float_ops(tflite_bytes):
     return dict(sorted(counts.items()))
 
 
-def softmax(logits):
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
-
-
-def compare(model, expected, received):
-    """`max_abs_diff_probabilities` and `top1_agreement` of a converted model's scores against Keras' (`expected`),
-    softmax applied to both when `model` returns logits."""
-    if not outputs_probabilities(model):
-        expected, received = softmax(expected), softmax(received)
-    return {"max_abs_diff_probabilities": float(np.max(np.abs(expected - received))),
-            "top1_agreement": float(np.mean(expected.argmax(-1) == received.argmax(-1)))}
-
-
 def verify(tflite_bytes, model, images):
     """Compares a TFLite model with the Keras model it came from.
 
@@ -466,15 +425,8 @@ def verify(tflite_bytes, model, images):
         `latency_ms`) and `num_images`.
     """
     images = check_images(images, model, "images")
-    expected = np.asarray(model.predict(images, batch_size=32, verbose=0), np.float32)
-    received = run(tflite_bytes, images)
-    if received.shape != expected.shape:
-        raise ValueError(
-            f"The TFLite model's outputs must have the Keras model's shape {expected.shape}; "
-            f"received shape {received.shape}"
-        )
     return {
-        **compare(model, expected, received),
+        **compare(model, keras_scores(model, images), run(tflite_bytes, images)),
         "size_bytes": len(tflite_bytes),
         "latency_ms": latency_ms(tflite_bytes, images[0]),
         "num_images": len(images),
@@ -484,16 +436,7 @@ def verify(tflite_bytes, model, images):
 def check_tolerance(quantize, result):
     """Returns the ways `result` (from `verify`) misses `TOLERANCES[quantize]`; empty if none."""
     check_choice(quantize, QUANTIZATIONS, "quantize")
-    tolerance = TOLERANCES[quantize]
-    failures = []
-    if "max_abs" in tolerance and not result["max_abs_diff_probabilities"] <= tolerance["max_abs"]:
-        failures.append(
-            f"max |difference| of probabilities {result['max_abs_diff_probabilities']:.3g} "
-            f"> {tolerance['max_abs']:.3g}"
-        )
-    if "agreement" in tolerance and not result["top1_agreement"] >= tolerance["agreement"]:
-        failures.append(f"top-1 agreement {result['top1_agreement']:.3f} < {tolerance['agreement']:.3f}")
-    return failures
+    return tolerance_failures(TOLERANCES[quantize], result)
 
 
 def export_tflite(
@@ -540,8 +483,7 @@ def export_tflite(
         ValueError: an argument is not what the export takes.
     """
     check_choice(quantize, QUANTIZATIONS, "quantize")
-    output_dir, verify_images, labels = check_export_arguments(model, output_dir, verify_images, labels)
-    metadata = dict(metadata or {})
+    output_dir, verify_images, labels = check_export_arguments(model, output_dir, verify_images, labels, "TFLite")
 
     tflite_bytes = convert(model, quantize, representative_images)
     if quantize == "int8":
@@ -556,37 +498,17 @@ def export_tflite(
         "num_calibration_images": len(representative_images) if quantize == "int8" else 0,
         "forced": bool(failures),
     }
-    ours = {**result, **input_and_output(model)}
-    clashes = sorted(set(metadata) & set(ours))
-    if clashes:
-        raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
-    return {**result, **_write_variant(output_dir, quantize, tflite_bytes, labels, {**metadata, **ours})}
+    metadata = check_metadata(metadata, {**result, **input_and_output(model)})
+    return {**result, **_write_variant(output_dir, quantize, tflite_bytes, labels, metadata)}
 
 
-def check_export_arguments(model, output_dir, verify_images, labels, kind="TFLite"):
-    """A checked export's arguments, before any work (also OpenVINO's, `kind`); returns the absolute
-    `output_dir`, the images and the labels."""
-    output_dir = os.path.abspath(os.fspath(output_dir))
-    if os.path.lexists(output_dir):
-        raise ValueError(f"`output_dir` must not exist (exports are never overwritten); received {output_dir!r}")
-    if verify_images is None:
-        raise ValueError(
-            f"Every {kind} export is checked against the Keras model: `verify_images` must be float "
-            "images of shape (n, height, width, channels); received verify_images=None"
-        )
-    if not is_classifier(model):
-        raise ValueError(f"The model has no classification head (include_top=False): {kind} exports are checked "
-                         "by their class predictions against Keras', and features have none. Export the features as a "
-                         "SavedModel (its `features` signature is checked against Keras to 1e-5)")
-    outputs_probabilities(model)  # a head that is neither softmax nor logits is refused here, before any work
-    verify_images = check_images(verify_images, model, "verify_images")
-    if labels is not None:
-        labels = check_labels(labels, model)
-    return output_dir, verify_images, labels
-
-
-class ToleranceError(ValueError):
-    """A converted model is not within its stated tolerance of the Keras model, so nothing was written."""
+def from_command_line(model, request):
+    """`python -m export --format=tflite`: writes the `--quantize` variant and prints its row of `print_table`."""
+    quantize = request.options["quantize"]
+    result = export_tflite(model, request.output, quantize, representative_images=request.calibration,
+                           verify_images=request.images, labels=request.labels, metadata=request.metadata,
+                           force=request.options["force"])
+    print_table([{"quantize": quantize, **result}])
 
 
 def _refuse_unless_forced(quantize, result, force):
@@ -607,44 +529,19 @@ def _refuse_unless_forced(quantize, result, force):
     return failures
 
 
-def input_and_output(model):
-    """The `input` and `output` entries of metadata.json: what every variant takes and returns."""
-    return {
-        "input": {"shape": list(input_shape(model)), "dtype": "float32",
-                  "range": list(Preprocessing.for_model(model).input_range)},
-        "output": {
-            "shape": [1, int(model.output_shape[-1])],
-            "dtype": "float32",
-            "kind": "probabilities" if outputs_probabilities(model) else "logits",
-        },
-    }
-
-
 def _write_variant(output_dir, quantize, tflite_bytes, labels, metadata):
-    """Writes the `FILES` into a staging directory renamed to `output_dir` last; returns their paths.
-
-    An interrupted export so leaves no directory that looks complete.
-    """
-    tflite_name, labels_name, metadata_name = (name.format(quantize=quantize) for name in FILES)
-    with new_directory(output_dir) as staging:
+    """Writes the variant, its labels and metadata under a staging name renamed to `output_dir` last; returns their
+    paths. An interrupted export so leaves no directory that looks complete."""
+    tflite_name = FILE.format(quantize=quantize)
+    with staged(output_dir, labels, metadata) as staging:
         with open(os.path.join(staging, tflite_name), "wb") as f:
             f.write(tflite_bytes)
-        write_labels_and_metadata(staging, labels_name, labels, metadata_name, metadata)
     return {
         "output_dir": output_dir,
         "tflite_path": os.path.join(output_dir, tflite_name),
-        "labels_path": os.path.join(output_dir, labels_name) if labels is not None else None,
-        "metadata_path": os.path.join(output_dir, metadata_name),
+        "labels_path": os.path.join(output_dir, LABELS_FILE) if labels is not None else None,
+        "metadata_path": os.path.join(output_dir, METADATA_FILE),
     }
-
-
-def write_labels_and_metadata(folder, labels_name, labels, metadata_name, metadata):
-    """`labels` one per line (when given) and `metadata` as sorted JSON, into `folder`."""
-    if labels is not None:
-        with open(os.path.join(folder, labels_name), "w") as f:
-            f.write("".join(label + "\n" for label in labels))
-    with open(os.path.join(folder, metadata_name), "w") as f:
-        json.dump(metadata, f, indent=2, sort_keys=True)
 
 
 def print_table(rows, file=None):

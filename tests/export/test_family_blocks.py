@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from export import openvino_ir, saved_model, tflite
+from export import openvino, saved_model, tflite
 from tests.export.test_serving_matrix import check_served
 from tests.layer_checks import randomize_weights
 
@@ -63,5 +63,5 @@ def test_each_family_converts_to_builtin_tflite_and_answers_as_keras(model):
 
 @pytest.mark.slow
 def test_each_family_exports_to_openvino_within_its_check(model, tmp_path):
-    result = openvino_ir.export_openvino(fixed(model), tmp_path / "ir", IMAGES)
+    result = openvino.export_openvino(fixed(model), tmp_path / "ir", IMAGES)
     assert result["top1_agreement"] == 1.0 and result["max_abs_diff_probabilities"] <= 1e-5

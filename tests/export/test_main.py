@@ -1,5 +1,6 @@
 """The export command line, TFLite path: real image files in, a checked model out."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -142,9 +143,10 @@ def test_weights_out_of_reach_are_refused_in_three_lines_without_a_traceback(tmp
 
 
 def test_a_missing_export_extra_is_one_line_naming_the_install(monkeypatch):
-    from export import extras
+    from export import choices
 
-    assert all(extras.missing_message(f) is None for f in ("saved_model", "tflite", "openvino"))
-    monkeypatch.setitem(extras.NEEDS, "tflite", ("keras_vit_no_such_module", "ai-edge-litert"))
-    message = extras.missing_message("tflite")
+    assert all(choices.missing_message(f) is None for f in choices.FORMATS)
+    monkeypatch.setitem(choices.FORMATS, "tflite", dataclasses.replace(choices.FORMATS["tflite"],
+                                                                        runtime="keras_vit_no_such_module"))
+    message = choices.missing_message("tflite")
     assert "\n" not in message and "ai-edge-litert" in message and "pip install -e '.[export]'" in message

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from export import openvino_ir, tflite
+from export import common
+from export import openvino as openvino_export
 from tests.layer_checks import randomize_weights
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -28,8 +29,9 @@ def model(request):
 
 
 def test_the_export_is_what_openvino_alone_reads_and_it_answers_as_keras(model, tmp_path):
-    result = openvino_ir.export_openvino(model, tmp_path / "ir", IMAGES, labels=LABELS, metadata={"source": "x"})
-    assert sorted(os.listdir(tmp_path)) == ["ir"] and sorted(os.listdir(tmp_path / "ir")) == sorted(openvino_ir.FILES)
+    result = openvino_export.export_openvino(model, tmp_path / "ir", IMAGES, labels=LABELS, metadata={"source": "x"})
+    assert sorted(os.listdir(tmp_path)) == ["ir"] and sorted(os.listdir(tmp_path / "ir")) == [
+        "labels.txt", "metadata.json", "model.bin", "model.xml"]
     metadata = json.loads((tmp_path / "ir" / "metadata.json").read_text())
     kind = "probabilities" if model.layers[-1].activation.__name__ == "softmax" else "logits"
     assert metadata["format"] == "openvino" and metadata["source"] == "x" and metadata["output"]["kind"] == kind
@@ -51,21 +53,21 @@ def test_the_export_is_what_openvino_alone_reads_and_it_answers_as_keras(model, 
 
 
 def test_a_class_token_model_is_converted_trimmed(model):
-    converted = openvino_ir.convert(model)
+    converted = openvino_export.convert(model)
     shapes = [op.get_output_partial_shape(0) for op in converted.get_ordered_ops() if op.get_type_name() == "MatMul"]
     rows = sorted({str(shape[1]) for shape in shapes if shape.rank.get_length() == 3})
     assert rows == ["1", "17"], rows  # the last block's queries are the class token's alone
     gap = keras_vit.ViT(**TINY, classifier="gap")
-    shapes = [op.get_output_partial_shape(0) for op in openvino_ir.convert(gap).get_ordered_ops()
+    shapes = [op.get_output_partial_shape(0) for op in openvino_export.convert(gap).get_ordered_ops()
               if op.get_type_name() == "MatMul" and op.get_output_partial_shape(0).rank.get_length() == 3]
     assert {str(shape[1]) for shape in shapes} == {"16"}  # average pooling reads every token: left whole
 
 
 def test_an_ir_that_misses_its_tolerance_is_not_written(model, tmp_path, monkeypatch):
-    run = openvino_ir.run
-    monkeypatch.setattr(openvino_ir, "run", lambda converted, images: run(converted, images)[:, ::-1])
-    with pytest.raises(tflite.ToleranceError, match="not within .* Nothing was written"):
-        openvino_ir.export_openvino(model, tmp_path / "ir", IMAGES)
+    run = openvino_export.run
+    monkeypatch.setattr(openvino_export, "run", lambda converted, images: run(converted, images)[:, ::-1])
+    with pytest.raises(common.ToleranceError, match="not within .* Nothing was written"):
+        openvino_export.export_openvino(model, tmp_path / "ir", IMAGES)
     assert os.listdir(tmp_path) == []  # no directory, no staging left
 
 
@@ -83,7 +85,7 @@ def test_what_the_export_cannot_take_is_refused_before_any_work(model, tmp_path)
     }
     for message, (m, output, images, kwargs) in cases.items():
         with pytest.raises(ValueError, match=message):
-            openvino_ir.export_openvino(m, output, images, **kwargs)
+            openvino_export.export_openvino(m, output, images, **kwargs)
     assert os.listdir(tmp_path) == ["taken"] and os.listdir(tmp_path / "taken") == []
 
 

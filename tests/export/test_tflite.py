@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from export import tflite
+from export import common, tflite
 from keras_vit.model import outputs_probabilities
 
 SIZE = 16
@@ -247,7 +247,7 @@ def test_export_writes_model_labels_and_metadata(trained, tmp_path):
     assert metadata["top1_agreement"] == result["top1_agreement"] >= tflite.TOLERANCES["dynamic"]["agreement"]
     assert metadata["forced"] is False and metadata["num_images"] == 512
     imagenet = keras_vit.ViT(**TINY, input_mean=(0.485, 0.456, 0.406), input_std=(0.229, 0.224, 0.225))
-    low, high = tflite.input_and_output(imagenet)["input"]["range"]  # what its mean and std span, not [-1, 1]
+    low, high = common.input_and_output(imagenet)["input"]["range"]  # what its mean and std span, not [-1, 1]
     assert round(low, 3) == -2.118 and round(high, 3) == 2.64
 
 
@@ -286,7 +286,7 @@ def test_interrupted_export_leaves_nothing(trained, tmp_path, monkeypatch):
         written_before_failure.extend(os.listdir(os.path.dirname(f.name)))
         raise OSError("disk full")
 
-    monkeypatch.setattr(tflite.json, "dump", failing_dump)
+    monkeypatch.setattr(common.json, "dump", failing_dump)
     with pytest.raises(OSError, match="disk full"):
         tflite.export_tflite(model, tmp_path / "vit", verify_images=held_out, labels=["r", "g", "b"])
     assert "model_none.tflite" in written_before_failure

@@ -13,7 +13,8 @@ OpenVINO's runtime compiles the IR for the CPU in float32 and its scores on
 the given real images are compared with Keras' to the float TFLite
 export's tolerance (1e-4 in probabilities, every top-1 the same). The IR
 comes from TensorFlow's graph of the model (`openvino.convert_model`), so
-this export runs on Keras' TensorFlow backend.
+this export runs on Keras' TensorFlow backend. (Inside, `openvino` is
+OpenVINO's own package: imports are absolute.)
 """
 
 import os
@@ -22,12 +23,11 @@ import numpy as np
 import openvino
 import tensorflow as tf
 
-from export import tflite
-from keras_vit.atomic_files import new_directory
+from export import common
 from keras_vit.trim import trim_last_block
 
-FILES = ("model.xml", "model.bin", "labels.txt", "metadata.json")
-TOLERANCE = tflite.TOLERANCES["none"]
+FILE = "model.xml"  # and its weights, model.bin; beside common.LABELS_FILE and METADATA_FILE
+TOLERANCE = common.FLOAT_TOLERANCE
 # OpenVINO would run bf16 on a CPU that has it (its default precision hint there): the check and the
 # metadata state float32, and a user's compile_model should ask for it too (docs/serving.md).
 COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
@@ -36,7 +36,7 @@ COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
 def convert(model):
     """`model` (trimmed where it can be) as an `openvino.Model` with input `inputs`, output `scores`."""
     served = trim_last_block(model)
-    signature = tf.TensorSpec((None, *tflite.input_shape(model)[1:]), tf.float32, name="inputs")
+    signature = tf.TensorSpec((None, *common.input_shape(model)[1:]), tf.float32, name="inputs")
     forward = tf.function(lambda inputs: served(inputs, training=False), input_signature=[signature],
                           autograph=False)
     converted = openvino.convert_model(forward.get_concrete_function())
@@ -52,8 +52,8 @@ def run(converted, images):
 
 def verify(converted, model, images):
     """`max_abs_diff_probabilities`, `top1_agreement` and `num_images` of `converted` against Keras."""
-    expected = np.asarray(model.predict(images, batch_size=32, verbose=0), np.float32)
-    return {**tflite.compare(model, expected, run(converted, images)), "num_images": len(images)}
+    return {**common.compare(model, common.keras_scores(model, images), run(converted, images)),
+            "num_images": len(images)}
 
 
 def export_openvino(model, output_dir, verify_images, labels=None, metadata=None):
@@ -72,27 +72,26 @@ def export_openvino(model, output_dir, verify_images, labels=None, metadata=None
         dict: the check's numbers, `output_dir` and `xml_path`.
 
     Raises:
-        tflite.ToleranceError: the IR is not within `TOLERANCE` of Keras; nothing was written.
+        common.ToleranceError: the IR is not within `TOLERANCE` of Keras; nothing was written.
         ValueError: an argument is not what the export takes.
     """
-    output_dir, verify_images, labels = tflite.check_export_arguments(model, output_dir, verify_images, labels,
-                                                                      kind="OpenVINO")
+    output_dir, verify_images, labels = common.check_export_arguments(model, output_dir, verify_images, labels,
+                                                                      "OpenVINO")
     ours = {"format": "openvino", "tolerance": dict(TOLERANCE), "openvino": openvino.__version__,
-            **tflite.input_and_output(model)}
-    ours["input"]["shape"][0] = None  # any batch
-    clashes = sorted(set(metadata or {}) & {*ours, "check"})
-    if clashes:
-        raise ValueError(f"`metadata` must not set the keys the export writes; received keys {clashes}")
+            **common.input_and_output(model, batch=None)}
+    common.check_metadata(metadata, {**ours, "check": None})
 
     converted = convert(model)
     result = verify(converted, model, verify_images)
-    failures = tflite.check_tolerance("none", result)
-    if failures:
-        raise tflite.ToleranceError(f"The OpenVINO model is not within {TOLERANCE} of the Keras model on "
-                                    f"{len(verify_images)} images: {'; '.join(failures)}. Nothing was written")
-    xml, _, labels_name, metadata_name = FILES
-    with new_directory(output_dir) as staging:
-        openvino.save_model(converted, os.path.join(staging, xml), compress_to_fp16=False)
-        tflite.write_labels_and_metadata(staging, labels_name, labels, metadata_name,
-                                         {**(metadata or {}), **ours, "check": result})
-    return {**result, "output_dir": output_dir, "xml_path": os.path.join(output_dir, xml)}
+    common.refuse_unless_within(TOLERANCE, result, "OpenVINO")
+    with common.staged(output_dir, labels, common.check_metadata(metadata, {**ours, "check": result})) as staging:
+        openvino.save_model(converted, os.path.join(staging, FILE), compress_to_fp16=False)
+    return {**result, "output_dir": output_dir, "xml_path": os.path.join(output_dir, FILE)}
+
+
+def from_command_line(model, request):
+    """`python -m export --format=openvino`: writes the IR and prints its check."""
+    result = export_openvino(model, request.output, request.images, labels=request.labels, metadata=request.metadata)
+    print(f"OpenVINO IR written to {result['xml_path']}: on {result['num_images']} images, top-1 agreement "
+          f"{result['top1_agreement']:.2%}, max |difference| of probabilities "
+          f"{result['max_abs_diff_probabilities']:.2e} (OpenVINO's CPU runtime against Keras)")
