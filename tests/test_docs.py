@@ -3,11 +3,12 @@
 tests/docs_blocks.py parses the blocks and holds the one substitution table; the stand-ins below are
 the files a reader brings (a checkpoint, a photo): real files of the documented kind, made here because
 the machine has no network. A block that cannot run here says so above its fence and names the test
-that stands in for it; the REST and gRPC examples run verbatim against TF Serving's C++ loader behind
-`tests/serving_stand_in.py`.
+that stands in for it; the REST and gRPC examples run verbatim against TF Serving's C++ loader, and OVMS's against
+OpenVINO's runtime, behind `tests/serving_stand_in.py`.
 """
 
 import ast
+import contextlib
 import os
 import re
 import socket
@@ -208,31 +209,52 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_rest_and_grpc_examples_answer_through_the_cpp_loader(user):
-    """docs/serving.md's curl and gRPC examples, verbatim but for the ports, against the exported digits."""
-    folder, env = user
-    base = folder / "serving/digits"  # the README's export, which the guide's first command stands for
-    assert base.is_dir(), "the guides' export runs first (test_readme_and_guides_run_in_order)"
+@contextlib.contextmanager
+def _stand_in(base, env):
+    """tests/serving_stand_in.py serving `base` (a SavedModel as TF Serving, an IR as OVMS); yields its ports."""
     rest, grpc_port = _free_port(), _free_port()
     server = subprocess.Popen([sys.executable, "-m", "tests.serving_stand_in", "--model=digits",
                                f"--base_path={base}", f"--rest_port={rest}", f"--grpc_port={grpc_port}"],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert server.stdout.readline().strip() == "ready", server.stderr.read()[-2000:]
-        examples = [b for b in docs_blocks.blocks(ROOT / "docs/serving.md") if "localhost:850" in b.text]
-        assert {b.lang for b in examples} == {"bash", "python"}, "the REST and the gRPC examples"
-        for block in examples:
-            text = block.text.replace("localhost:8501", f"localhost:{rest}").replace("localhost:8500",
-                                                                                     f"localhost:{grpc_port}")
-            if block.lang == "bash":
-                for command in docs_blocks.commands(text):
-                    answer = run_shell(command, folder, env, block.where).stdout
-                    assert '"error"' not in answer and answer.strip(), f"{block.where}: {command}\n{answer}"
-            else:
-                run_block(docs_blocks.Block(block.path, block.line, block.lang, text), folder, env)
+        yield rest, grpc_port
     finally:
         server.kill()
         server.wait()
+
+
+def _run_examples(blocks, addresses, folder, env, checks=""):
+    """The REST and gRPC example blocks, verbatim but for the `addresses` ({documented: stand-in's}); `checks` runs
+    after a Python block's code, in its process. Returns the Python blocks' output."""
+    printed = ""
+    for block in blocks:
+        text = block.text
+        for documented, served in addresses.items():
+            text, checks = text.replace(documented, served), checks.replace(documented, served)
+        if block.lang == "bash":
+            for command in docs_blocks.commands(text):
+                answer = run_shell(command, folder, env, block.where).stdout
+                assert '"error"' not in answer and answer.strip(), f"{block.where}: {command}\n{answer}"
+        else:
+            program = python_program(docs_blocks.Block(block.path, block.line, block.lang, text)) + checks
+            result = subprocess.run([sys.executable, "-c", program], cwd=folder, env=env, capture_output=True,
+                                    text=True, timeout=300)
+            assert result.returncode == 0, f"{block.where}: the block failed:\n{result.stderr[-3000:]}"
+            printed += result.stdout
+    return printed
+
+
+def test_rest_and_grpc_examples_answer_through_the_cpp_loader(user):
+    """docs/serving.md's curl and gRPC examples, verbatim but for the ports, against the exported digits."""
+    folder, env = user
+    base = folder / "serving/digits"  # the README's export, which the guide's first command stands for
+    assert base.is_dir(), "the guides' export runs first (test_readme_and_guides_run_in_order)"
+    examples = [b for b in docs_blocks.blocks(ROOT / "docs/serving.md") if "localhost:850" in b.text]
+    assert {b.lang for b in examples} == {"bash", "python"}, "the REST and the gRPC examples"
+    with _stand_in(base, env) as (rest, grpc_port):
+        _run_examples(examples, {"localhost:8501": f"localhost:{rest}", "localhost:8500": f"localhost:{grpc_port}"},
+                      folder, env)
 
 
 def test_the_openvino_client_reads_the_guides_export(user):
@@ -245,6 +267,68 @@ def test_the_openvino_client_reads_the_guides_export(user):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert re.fullmatch(r"logits top class \d of 10\n", result.stdout), result.stdout  # export reads logits
+
+
+# After the OVMS gRPC block, in its process: its own `predict` and REST get the IR's scores as OpenVINO computes them
+# here, whatever the signature name, and a wrong input name is refused as OVMS refuses it.
+OVMS_CHECKS = r"""
+import json as _json
+import urllib.error as _urlerror
+import urllib.request as _request
+
+import openvino as _openvino
+
+_batch = np.random.default_rng(0).uniform(-1, 1, (3, *inputs.shape[1:])).astype(np.float32)
+_own = _openvino.Core().compile_model("ovms/digits/1/model.xml", "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(_batch)
+for _signature in ("predict_float", "serving_default", "anything"):
+    np.testing.assert_allclose(predict(_signature, inputs=_batch)["scores"], _own["scores"], rtol=0, atol=1e-6)
+
+
+def _post(body):
+    try:
+        return _json.load(_request.urlopen("http://localhost:8000/v1/models/digits:predict",
+                                           _json.dumps(body).encode()))
+    except _urlerror.HTTPError as error:
+        return error.code, _json.load(error)
+
+
+np.testing.assert_allclose(_post({"instances": _batch.tolist()})["predictions"], _own["scores"], rtol=0, atol=1e-6)
+_refused = (400, {"error": "Missing input with specific name - Required input: inputs"})
+assert _post({"instances": [{"images": _image} for _image in _batch.tolist()]}) == _refused
+try:
+    predict("predict_float", images=_batch)
+except grpc.RpcError as _refusal:
+    assert (_refusal.code(), _refusal.details()) == (grpc.StatusCode.INVALID_ARGUMENT, _refused[1]["error"]), _refusal
+else:
+    raise AssertionError("OVMS answered a request without its input `inputs`")
+"""
+
+
+def test_the_same_client_reaches_openvino_model_server(user):
+    """docs/serving.md's OVMS examples, verbatim but for the ports, against the guide's IR in the OVMS layout its
+    block makes, served by OpenVINO's runtime behind TF Serving's API as OVMS serves it (`OVMS_CHECKS`); the gRPC
+    example's `predict` is the gRPC section's, and the docker command serves what the examples ask for."""
+    folder, env = user
+    base = folder / "ovms/digits"
+    assert (base / "1/model.xml").is_file(), "the guides' blocks run first (test_readme_and_guides_run_in_order)"
+    blocks = docs_blocks.blocks(ROOT / "docs/serving.md")
+    examples = [b for b in blocks if re.search(r"localhost:(8000|9000)\b", b.text)]
+    assert [b.lang for b in examples] == ["bash", "python"], "the REST and the gRPC examples"
+
+    def helper(text):
+        [node] = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == "predict"]
+        return ast.get_source_segment(text, node)
+
+    [tf_serving] = [b for b in blocks if b.lang == "python" and "localhost:8500" in b.text]
+    assert helper(examples[1].text) == helper(tf_serving.text), "one client: the gRPC section's predict()"
+    [docker] = [b for b in blocks if "openvino/model_server" in b.text]
+    for flag in ('source="$PWD/ovms",target=/models', "--model_name digits", "--model_path /models/digits",
+                 "--port 9000", "--rest_port 8000", """--plugin_config '{"INFERENCE_PRECISION_HINT": "f32"}'"""):
+        assert flag in docker.text, flag
+    with _stand_in(base, env) as (rest, grpc_port):
+        printed = _run_examples(examples, {"localhost:8000": f"localhost:{rest}",
+                                           "localhost:9000": f"localhost:{grpc_port}"}, folder, env, OVMS_CHECKS)
+    assert re.fullmatch(r"logits top class \d of 10\n", printed), printed  # the README's export reads logits
 
 
 def test_model_server_config_blocks_parse_as_their_protos():
