@@ -33,9 +33,10 @@ setup(
         # strategies, and the embedded digits dataset from scikit-learn.
         "train": [TENSORFLOW, "tf-models-official~=2.20.0", "tensorflow-datasets", "importlib_resources",
                   "scikit-learn"],
-        # Export: the TFLite interpreter for verification, the Serving protos, and OpenVINO (its converter writes
-        # the IR and its runtime checks it).
-        "export": [TENSORFLOW, "ai-edge-litert", "tensorflow-serving-api~=2.20.0", "openvino>=2025.4"],
+        # Export: the TFLite interpreter for verification, the Serving protos, OpenVINO (its converter writes
+        # the IR and its runtime checks it), tf2onnx (writes ONNX) and ONNX Runtime (checks it).
+        "export": [TENSORFLOW, "ai-edge-litert", "tensorflow-serving-api~=2.20.0", "openvino>=2025.4",
+                   "onnxruntime>=1.20", "tf2onnx>=1.17"],
         # explain's figures; Pillow decodes its image where TensorFlow is not installed.
         "viz": ["matplotlib", "pillow"],
         # Hugging Face hub ids (`ViT.from_checkpoint("google/vit-base-patch16-224")`): its cache, offline-friendly.

@@ -13,7 +13,7 @@ the formats themselves are listed in `export.choices.FORMATS`. Adding a format:
    verify_images, labels=None, metadata=None)` converts the model, runs the
    result in its runtime on the images, refuses it outside its tolerance
    (`common.compare`, `common.refuse_unless_within`) and writes its files
-   inside `common.staged`; and whose `from_command_line(model, request)`
+   inside `keras_vit.atomic_files.new_directory`; and whose `from_command_line(model, request)`
    calls it with a `common.Request` and prints what was checked;
 2. add one `Format(...)` line to `choices.FORMATS`: its runtime module and
    the distribution that brings it (added to setup.py's `export` extra), and

@@ -19,30 +19,31 @@ DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096
 class Format:
     """One `--format`: its module `export.<name>` holds `from_command_line(model, request)`.
 
-    `runtime` is the module its check runs in, from the `export` extra's `distribution`; `flags`, the flags only
-    it takes; `images`, whether it is checked on decoded `--images` (a file format taking the scaled pixels) rather
-    than on requests (the SavedModel).
+    `needs`: (module, distribution) pairs of the `export` extra it imports (its runtime first); `flags`, the
+    flags only it takes; `images`, whether it is checked on decoded `--images` (a file format taking the scaled
+    pixels) rather than on requests (the SavedModel).
     """
 
     name: str
-    runtime: str
-    distribution: str
+    needs: tuple
     flags: tuple = ()
     images: bool = True
 
 
 FORMATS = {f.name: f for f in (
-    Format("saved_model", "tensorflow_serving", "tensorflow-serving-api",
+    Format("saved_model", (("tensorflow_serving", "tensorflow-serving-api"),),
            ("name", "version", "top_k", "max_image_pixels", "jit_compile", "overwrite"), images=False),
-    Format("tflite", "ai_edge_litert", "ai-edge-litert", ("quantize", "images", "calibration_images", "force")),
-    Format("openvino", "openvino", "openvino", ("images",)),
+    Format("tflite", (("ai_edge_litert", "ai-edge-litert"),), ("quantize", "images", "calibration_images", "force")),
+    Format("openvino", (("openvino", "openvino"),), ("images",)),
+    Format("onnx", (("onnxruntime", "onnxruntime"), ("tf2onnx", "tf2onnx")), ("images",)),
 )}
 INSTALL = "pip install 'keras-vision-transformer[export]' (in a checkout: pip install -e '.[export]')"
 
 
 def missing_message(export_format):
     """None when `export_format` can be written here; else one line saying what to install."""
-    needed = FORMATS[export_format]
-    if importlib.util.find_spec(needed.runtime) is not None:
+    missing = [distribution for module, distribution in FORMATS[export_format].needs
+               if importlib.util.find_spec(module) is None]
+    if not missing:
         return None
-    return f"--format={export_format} needs {needed.distribution}, which comes with the 'export' extra: {INSTALL}"
+    return f"--format={export_format} needs {' and '.join(missing)}, from the 'export' extra: {INSTALL}"

@@ -7,15 +7,16 @@ compared with Keras before its directory appears. The SavedModel export
 shares the label checks; its own check is TensorFlow's C API (`serving_check`).
 """
 
-import contextlib
 import dataclasses
 import json
 import os
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 
 from export.preprocessing import Preprocessing
-from keras_vit.atomic_files import new_directory
 from keras_vit.model import outputs_probabilities
 
 # A float export computes what Keras computes, up to the order of float operations.
@@ -203,13 +204,23 @@ def input_and_output(model, batch=1):
     }
 
 
-@contextlib.contextmanager
-def staged(output_dir, labels, metadata):
-    """Yields a staging directory for the export's own files; labels.txt (when `labels`) and metadata.json join
-    them, and the whole appears at `output_dir` only when the block completes (else it goes)."""
-    with new_directory(output_dir) as staging:
-        yield staging
-        write_labels_and_metadata(staging, labels, metadata)
+def client_scores(client, path, images, runtime, timeout=600):
+    """The scores of the exported file at `path` on `images`, as `client` computes them in a fresh interpreter.
+
+    `client` is Python run with `sys.argv[1:]` = the file, an `.npy` of the images, the `.npy` to save the
+    scores to: a process that imports only the runtime and numpy, as a deployment does, so that nothing
+    TensorFlow loaded (its threads, its copy of a shared library) stands between the file and its check.
+    A failure raises RuntimeError naming `runtime` with the client's last lines.
+    """
+    with tempfile.TemporaryDirectory(prefix="keras_vit_check_") as folder:
+        inputs, outputs = os.path.join(folder, "images.npy"), os.path.join(folder, "scores.npy")
+        np.save(inputs, images)
+        done = subprocess.run([sys.executable, "-c", client, os.fspath(path), inputs, outputs], capture_output=True,
+                              text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{runtime} could not run the exported model: "
+                               f"{' | '.join(done.stderr.strip().splitlines()[-3:])}")
+        return np.load(outputs)
 
 
 def write_labels_and_metadata(folder, labels, metadata, labels_name=LABELS_FILE, metadata_name=METADATA_FILE):

@@ -24,6 +24,7 @@ import openvino
 import tensorflow as tf
 
 from export import common
+from keras_vit.atomic_files import new_directory
 from keras_vit.trim import trim_last_block
 
 FILE = "model.xml"  # and its weights, model.bin; beside common.LABELS_FILE and METADATA_FILE
@@ -84,8 +85,9 @@ def export_openvino(model, output_dir, verify_images, labels=None, metadata=None
     converted = convert(model)
     result = verify(converted, model, verify_images)
     common.refuse_unless_within(TOLERANCE, result, "OpenVINO")
-    with common.staged(output_dir, labels, common.check_metadata(metadata, {**ours, "check": result})) as staging:
+    with new_directory(output_dir) as staging:
         openvino.save_model(converted, os.path.join(staging, FILE), compress_to_fp16=False)
+        common.write_labels_and_metadata(staging, labels, common.check_metadata(metadata, {**ours, "check": result}))
     return {**result, "output_dir": output_dir, "xml_path": os.path.join(output_dir, FILE)}
 
 

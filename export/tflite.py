@@ -53,9 +53,10 @@ from export.common import (
     input_and_output,
     input_shape,
     keras_scores,
-    staged,
     tolerance_failures,
+    write_labels_and_metadata,
 )
+from keras_vit.atomic_files import new_directory
 from keras_vit.checks import check_choice
 from keras_vit.layers.encoder_block import EncoderBlock
 from keras_vit.layers.scanned_encoder import ScannedEncoder, block_name
@@ -533,9 +534,10 @@ def _write_variant(output_dir, quantize, tflite_bytes, labels, metadata):
     """Writes the variant, its labels and metadata under a staging name renamed to `output_dir` last; returns their
     paths. An interrupted export so leaves no directory that looks complete."""
     tflite_name = FILE.format(quantize=quantize)
-    with staged(output_dir, labels, metadata) as staging:
+    with new_directory(output_dir) as staging:
         with open(os.path.join(staging, tflite_name), "wb") as f:
             f.write(tflite_bytes)
+        write_labels_and_metadata(staging, labels, metadata)
     return {
         "output_dir": output_dir,
         "tflite_path": os.path.join(output_dir, tflite_name),

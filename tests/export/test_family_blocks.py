@@ -1,12 +1,12 @@
-"""The blocks of the later families through the three exports: each exporter's own check (SavedModel loaded by
-TensorFlow's C API, TFLite by LiteRT with builtin ops only, OpenVINO's IR by its runtime) passes, and the served
-answers are Keras'."""
+"""The blocks of the later families through the four exports: each exporter's own check (SavedModel loaded by
+TensorFlow's C API, TFLite by LiteRT with builtin ops only, OpenVINO's IR by its runtime, ONNX by ONNX Runtime)
+passes, and the served answers are Keras'."""
 
 import numpy as np
 import pytest
 
 import keras_vit
-from export import openvino, saved_model, tflite
+from export import onnx, openvino, saved_model, tflite
 from tests.export.test_serving_matrix import check_served
 from tests.layer_checks import randomize_weights
 
@@ -64,4 +64,10 @@ def test_each_family_converts_to_builtin_tflite_and_answers_as_keras(model):
 @pytest.mark.slow
 def test_each_family_exports_to_openvino_within_its_check(model, tmp_path):
     result = openvino.export_openvino(fixed(model), tmp_path / "ir", IMAGES)
+    assert result["top1_agreement"] == 1.0 and result["max_abs_diff_probabilities"] <= 1e-5
+
+
+@pytest.mark.slow
+def test_each_family_exports_to_onnx_within_its_check(model, tmp_path):
+    result = onnx.export_onnx(fixed(model), tmp_path / "onnx", IMAGES)
     assert result["top1_agreement"] == 1.0 and result["max_abs_diff_probabilities"] <= 1e-5

@@ -19,12 +19,13 @@ HF_CLASSIFIER = ROOT / "tests" / "fixtures" / "hf" / "vit_classifier"  # five cl
 
 
 def test_every_registered_format_is_one_module_its_extra_brings():
-    extra = re.search(r'"export": \[(.*?)\]', (ROOT / "setup.py").read_text()).group(1)
+    extra = re.search(r'"export": \[(.*?)\]', (ROOT / "setup.py").read_text(), re.S).group(1)
     cli = (ROOT / "export" / "__main__.py").read_text()
     for name, fmt in choices.FORMATS.items():
         module = importlib.import_module(f"export.{name}")
         assert callable(module.from_command_line) and callable(getattr(module, f"export_{name}")), name
-        assert f'"{fmt.distribution}' in extra, f"setup.py's export extra lacks {fmt.distribution} ({name})"
+        for _, distribution in fmt.needs:
+            assert f'"{distribution}' in extra, f"setup.py's export extra lacks {distribution} ({name})"
         assert all(f'("{flag}"' in cli for flag in fmt.flags), (name, fmt.flags)  # defined by the CLI
         assert choices.missing_message(name) is None  # this machine has the extra
 

@@ -97,7 +97,7 @@ def test_every_flag_is_checked_before_the_model_loads(tmp_path):
             missing, "--format=openvino", f"--output={tmp_path / 'o'}"],
         "--quantize apply to --format=tflite only; received --format=openvino": [
             missing, "--format=openvino", *tflite_base[2:], "--quantize=int8"],
-        "--images apply to --format=tflite, openvino only; received --format=saved_model": [
+        "--images apply to --format=tflite, openvino, onnx only; received --format=saved_model": [
             missing, f"--output={tmp_path / 's'}", tflite_base[2]],
         "exists: --format=openvino writes a new directory": [
             missing, "--format=openvino", tflite_base[2], f"--output={tmp_path}"],
@@ -146,7 +146,7 @@ def test_a_missing_export_extra_is_one_line_naming_the_install(monkeypatch):
     from export import choices
 
     assert all(choices.missing_message(f) is None for f in choices.FORMATS)
-    monkeypatch.setitem(choices.FORMATS, "tflite", dataclasses.replace(choices.FORMATS["tflite"],
-                                                                        runtime="keras_vit_no_such_module"))
+    monkeypatch.setitem(choices.FORMATS, "tflite", dataclasses.replace(
+        choices.FORMATS["tflite"], needs=(("keras_vit_no_such_module", "ai-edge-litert"),)))
     message = choices.missing_message("tflite")
     assert "\n" not in message and "ai-edge-litert" in message and "pip install -e '.[export]'" in message
