@@ -112,16 +112,20 @@ def inference(variant, batch, image_size, compiled=True, precision="float32", nu
 
 
 def _export(variant, image_size, precision, num_layers, scan_layers, jit_compile, folder, export_format="saved_model"):
-    """Builds the model and writes `python -m export`'s SavedModel, or its OpenVINO IR, under `folder`;
-    `folder/path.json` names the SavedModel's version directory or the IR's `.xml` file."""
+    """Builds the model and writes `python -m export`'s SavedModel, its OpenVINO IR or its ONNX file under
+    `folder`; `folder/path.json` names the SavedModel's version directory, the IR's `.xml` or the `.onnx`."""
     import json
 
     model = _model(variant, image_size, precision, num_layers, scan_layers)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, image_size, image_size, 3)).astype(np.float32)
     if export_format == "openvino":
         from export import openvino as openvino_export
 
-        images = np.random.default_rng(0).uniform(-1, 1, (2, image_size, image_size, 3)).astype(np.float32)
         path = openvino_export.export_openvino(model, os.path.join(folder, "ir"), images)["xml_path"]
+    elif export_format == "onnx":
+        from export import onnx as onnx_export
+
+        path = onnx_export.export_onnx(model, os.path.join(folder, "onnx"), images)["onnx_path"]
     else:
         from export import saved_model
 

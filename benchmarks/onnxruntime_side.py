@@ -22,7 +22,7 @@ def set_threads(threads):
     _THREADS["intra_op"] = threads
 
 
-def _session(model):
+def make_session(model):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = _THREADS["intra_op"]
     options.inter_op_num_threads = 1
@@ -33,7 +33,7 @@ def _session(model):
 def matmul(m, k, n, dtype="float32"):
     if dtype != "float32":
         raise ValueError(f"the ONNX Runtime side times float32 only; received dtype={dtype!r}")
-    session = _session(onnx_export.matmul_model(m, k, n))
+    session = make_session(onnx_export.matmul_model(m, k, n))
     scale = np.ones(1, np.float32)
     return lambda: session.run(None, {"scale": scale})
 
@@ -41,6 +41,6 @@ def matmul(m, k, n, dtype="float32"):
 def inference(variant, batch, image_size, compiled=False, precision="float32", num_layers=None):
     if precision != "float32":
         raise ValueError(f"the ONNX Runtime side runs float32 only; received precision={precision!r}")
-    session = _session(str(onnx_export.onnx_path(variant, image_size, num_layers)))
+    session = make_session(str(onnx_export.onnx_path(variant, image_size, num_layers)))
     images = np.random.default_rng(0).standard_normal((batch, 3, image_size, image_size), dtype=np.float32)
     return lambda: session.run(None, {onnx_export.INPUT_NAME: images})

@@ -62,7 +62,7 @@ ENV_NAMES = {"keras_vit": "keras_vit" if KERAS_BACKEND == "tensorflow" else f"ke
              "timm": "timm"}
 # The environment each worker runs in: the deployment runtimes run timm's model exported to ONNX, beside timm.
 ENVIRONMENT_OF = {"keras_vit": "keras_vit", "keras_vit_served": "keras_vit", "keras_vit_openvino": "keras_vit",
-                  "timm": "timm", "onnxruntime": "timm", "openvino": "timm"}
+                  "keras_vit_onnxruntime": "keras_vit", "timm": "timm", "onnxruntime": "timm", "openvino": "timm"}
 RUNTIMES = ("onnxruntime", "openvino")  # the deployment peers: inference only, compared with the faster of them
 # The workers that time a matmul each round (the served worker runs an export only: its matmul is keras_vit's).
 MATMUL_SIDES = ("keras_vit", "timm", *RUNTIMES)
@@ -129,6 +129,8 @@ _CPU_IMPLEMENTATIONS = (
     Implementation("keras_vit SavedModel", "keras_vit_served", False, tasks=("inference",)),
     # `python -m export --format=openvino`'s IR, run by OpenVINO as the OpenVINO row runs timm's ONNX.
     Implementation("keras_vit OpenVINO", "keras_vit_openvino", False, tasks=("inference",)),
+    # `python -m export --format=onnx`'s file, run by ONNX Runtime as the ONNX Runtime row runs timm's.
+    Implementation("keras_vit ONNX", "keras_vit_onnxruntime", False, tasks=("inference",)),
     Implementation("timm", "timm", False),
     # timm's model as a CPU deployment runs it: exported to ONNX, run by ONNX Runtime or OpenVINO.
     Implementation("ONNX Runtime", "onnxruntime", False, tasks=("inference",)),
@@ -407,8 +409,8 @@ def targets(results, probes, suite_name):
     return checks
 
 
-# keras_vit as a deployment runs it: in process under XLA, the SavedModel TF Serving loads, or its OpenVINO IR.
-SERVED = ("keras_vit XLA", "keras_vit SavedModel", "keras_vit OpenVINO")
+# keras_vit as a deployment runs it: in process under XLA, the SavedModel TF Serving loads, its OpenVINO IR or ONNX.
+SERVED = ("keras_vit XLA", "keras_vit SavedModel", "keras_vit OpenVINO", "keras_vit ONNX")
 
 
 def best_vs_runtime(result):
@@ -417,7 +419,9 @@ def best_vs_runtime(result):
     runtimes = [label for label in (rounds[0] if rounds else ()) if label in _RUNTIME_LABELS]
     if not runtimes:
         return None
-    return statistics.median(max(r[label] for label in SERVED) / max(r[label] for label in runtimes) for r in rounds)
+    # A suite's JSON from before a served form existed lacks its row: the forms it measured.
+    return statistics.median(max(r[label] for label in SERVED if label in r) / max(r[label] for label in runtimes)
+                             for r in rounds)
 
 
 def memory_vs_runtime(results, probes):
@@ -425,13 +429,14 @@ def memory_vs_runtime(results, probes):
     result = next((r for r in results if (r["task"], r["variant"], r["batch"]) == ("inference", "B/16", 8)), None)
     rss = {p["implementation"]: p["peak_rss_mb"] for p in probes if (p["task"], p["variant"], p["batch"])
            == ("inference", "B/16", 8)}
-    if not result or not all(label in rss for label in SERVED):
+    served = [label for label in SERVED if label in (result or {}).get("summary", {})]
+    if not served or not all(label in rss for label in served):
         return None
     runtimes = [label for label in result["summary"] if label in _RUNTIME_LABELS and label in rss]
     if not runtimes:
         return None
     faster = max(runtimes, key=lambda label: result["summary"][label]["images_per_s"]["median"])
-    return min(rss[label] for label in SERVED) / rss[faster]
+    return min(rss[label] for label in served) / rss[faster]
 
 
 def print_tables(results, probes, checks):

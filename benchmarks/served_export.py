@@ -1,5 +1,5 @@
 """keras_vit's export, written by a child process for the workers that serve it (`served_side`,
-`served_openvino_side`).
+`served_openvino_side`, `served_onnxruntime_side`).
 
 The child (`python -m benchmarks.keras_side JSON`) builds the model and runs
 the exporter; the worker then holds what a server holds, the export alone,
@@ -17,7 +17,8 @@ import tempfile
 
 
 def write(export_format, **arguments):
-    """The path of a fresh export (the SavedModel's version directory, the IR's `.xml`), removed at exit."""
+    """The path of a fresh export (the SavedModel's version directory, the IR's `.xml`, the `.onnx`), removed at
+    exit."""
     folder = tempfile.mkdtemp(prefix=f"served-{export_format}-")
     atexit.register(shutil.rmtree, folder, True)
     subprocess.run([sys.executable, "-m", "benchmarks.keras_side",

@@ -30,7 +30,8 @@ from benchmarks.common import time_calls
 
 SIDES = {"keras_vit": "benchmarks.keras_side", "timm": "benchmarks.timm_side",
          "keras_vit_served": "benchmarks.served_side", "onnxruntime": "benchmarks.onnxruntime_side",
-         "openvino": "benchmarks.openvino_side", "keras_vit_openvino": "benchmarks.served_openvino_side"}
+         "openvino": "benchmarks.openvino_side", "keras_vit_openvino": "benchmarks.served_openvino_side",
+         "keras_vit_onnxruntime": "benchmarks.served_onnxruntime_side"}
 
 
 def numpy_matmul(m, k, n, dtype="float32"):
