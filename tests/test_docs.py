@@ -257,12 +257,14 @@ def test_rest_and_grpc_examples_answer_through_the_cpp_loader(user):
                       folder, env)
 
 
-def test_the_openvino_client_reads_the_guides_export(user):
-    """docs/serving.md's OpenVINO client, verbatim, on the IR its shell block wrote (the Python lane runs beside
-    the shell lane, so the block waits for this test)."""
+@pytest.mark.parametrize("runtime, written", [("openvino.Core()", "openvino_digits/model.xml"),
+                                               ("onnxruntime.InferenceSession", "onnx_digits/model.onnx")])
+def test_the_runtime_clients_read_the_guides_exports(user, runtime, written):
+    """docs/serving.md's OpenVINO and ONNX Runtime clients, verbatim, on the files its shell blocks wrote (the Python
+    lane runs beside the shell lane, so these blocks wait for this test)."""
     folder, env = user
-    assert (folder / "openvino_digits/model.xml").is_file(), "the guides' export runs first"
-    [block] = [b for b in docs_blocks.blocks(ROOT / "docs/serving.md") if "openvino.Core()" in b.text]
+    assert (folder / written).is_file(), "the guides' export runs first"
+    [block] = [b for b in docs_blocks.blocks(ROOT / "docs/serving.md") if runtime in b.text and b.lang == "python"]
     result = subprocess.run([sys.executable, "-c", python_program(block)], cwd=folder, env=env, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
