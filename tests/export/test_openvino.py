@@ -64,9 +64,12 @@ def test_a_class_token_model_is_converted_trimmed(model):
 
 
 def test_an_ir_that_misses_its_tolerance_is_not_written(model, tmp_path, monkeypatch):
-    run = openvino_export.run
-    monkeypatch.setattr(openvino_export, "run", lambda converted, images: run(converted, images)[:, ::-1])
+    client_scores = common.client_scores
+    monkeypatch.setattr(common, "client_scores", lambda *args: client_scores(*args)[:, ::-1])
     with pytest.raises(common.ToleranceError, match="not within .* Nothing was written"):
+        openvino_export.export_openvino(model, tmp_path / "ir", IMAGES)
+    monkeypatch.setattr(openvino_export, "CLIENT", openvino_export.CLIENT.replace('["scores"]', '["no_such_output"]'))
+    with pytest.raises(RuntimeError, match="OpenVINO could not run the exported model: .*no_such_output"):
         openvino_export.export_openvino(model, tmp_path / "ir", IMAGES)
     assert os.listdir(tmp_path) == []  # no directory, no staging left
 
