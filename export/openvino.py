@@ -12,9 +12,7 @@ same scores for about a twelfth less work. Before the directory appears, a
 fresh Python process that imports only OpenVINO and numpy (as a deployment
 does) compiles the staged IR for the CPU in float32, and its scores on the
 given real images are compared with Keras' to the float TFLite export's
-tolerance (1e-4 in probabilities, every top-1 the same). In the exporter's
-own process, beside TensorFlow, OpenVINO's CPU plugin gave NaN scores on an
-AVX2 CPU (BUILD.md). The IR
+tolerance (1e-4 in probabilities, every top-1 the same). The IR
 comes from TensorFlow's graph of the model (`openvino.convert_model`), so
 this export runs on Keras' TensorFlow backend. (Inside, `openvino` is
 OpenVINO's own package: imports are absolute.)
@@ -42,7 +40,9 @@ def convert(model):
     signature = tf.TensorSpec((None, *common.input_shape(model)[1:]), tf.float32, name="inputs")
     forward = tf.function(lambda inputs: served(inputs, training=False), input_signature=[signature],
                           autograph=False)
-    converted = openvino.convert_model(forward.get_concrete_function())
+    # A copy of the weights: shared (the default), they are TensorFlow's buffers of the traced graph, freed once this
+    # function returns, and the IR saved later held whatever took their place (NaN scores from a 224 px Ti/16).
+    converted = openvino.convert_model(forward.get_concrete_function(), share_weights=False)
     converted.outputs[0].get_tensor().set_names({"scores"})
     return converted
 
