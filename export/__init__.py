@@ -12,8 +12,9 @@ the formats themselves are listed in `export.choices.FORMATS`. Adding a format:
 1. write `export/<name>.py`, whose `export_<name>(model, output_dir,
    verify_images, labels=None, metadata=None)` converts the model, runs the
    result in its runtime on the images, refuses it outside its tolerance
-   (`common.compare`, `common.refuse_unless_within`) and writes its files
-   inside `keras_vit.atomic_files.new_directory`; and whose `from_command_line(model, request)`
+   and writes its files under a staging name renamed last (a float file
+   format: `common.write_checked` with its converter, its writer and a
+   client program for its runtime); and whose `from_command_line(model, request)`
    calls it with a `common.Request` and prints what was checked;
 2. add one `Format(...)` line to `choices.FORMATS`: its runtime module and
    the distribution that brings it (added to setup.py's `export` extra), and

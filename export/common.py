@@ -17,6 +17,7 @@ import tempfile
 import numpy as np
 
 from export.preprocessing import Preprocessing
+from keras_vit.atomic_files import new_directory
 from keras_vit.model import outputs_probabilities
 
 # A float export computes what Keras computes, up to the order of float operations.
@@ -221,6 +222,30 @@ def client_scores(client, path, images, runtime, timeout=600):
             raise RuntimeError(f"{runtime} could not run the exported model: "
                                f"{' | '.join(done.stderr.strip().splitlines()[-3:])}")
         return np.load(outputs)
+
+
+def write_checked(model, output_dir, verify_images, labels, metadata, ours, kind, convert, save, client,
+                  runtime):
+    """The float file exports' sequence: check the arguments, convert, score the staged file in its runtime's bare
+    process, refuse it outside `FLOAT_TOLERANCE`, then publish it with labels.txt and metadata.json.
+
+    `ours`: the export's own metadata.json keys (format, versions); `convert(model)` converts, `save(converted,
+    folder)` writes the file into the staging folder and returns its path; `client`: the `client_scores` program
+    of `runtime`.
+    Returns the check's numbers, `output_dir` and `path` (where the file now lies).
+    """
+    output_dir, verify_images, labels = check_export_arguments(model, output_dir, verify_images, labels, kind)
+    ours = {**ours, "tolerance": dict(FLOAT_TOLERANCE), **input_and_output(model, batch=None)}
+    check_metadata(metadata, {**ours, "check": None})
+    converted = convert(model)
+    expected = keras_scores(model, verify_images)
+    with new_directory(output_dir) as staging:  # checked where it will lie, renamed only once it passed
+        path = save(converted, staging)
+        received = client_scores(client, path, verify_images, runtime)
+        result = {**compare(model, expected, received), "num_images": len(verify_images)}
+        refuse_unless_within(FLOAT_TOLERANCE, result, kind)
+        write_labels_and_metadata(staging, labels, check_metadata(metadata, {**ours, "check": result}))
+    return {**result, "output_dir": output_dir, "path": os.path.join(output_dir, os.path.basename(path))}
 
 
 def write_labels_and_metadata(folder, labels, metadata, labels_name=LABELS_FILE, metadata_name=METADATA_FILE):

@@ -22,7 +22,6 @@ import os
 import tensorflow as tf
 
 from export import common
-from keras_vit.atomic_files import new_directory
 from keras_vit.trim import trim_last_block
 
 FILE = "model.onnx"  # beside common.LABELS_FILE and METADATA_FILE
@@ -55,6 +54,12 @@ def convert(model, opset=OPSET):
     return proto.SerializeToString()
 
 
+def _save(onnx_bytes, folder):
+    with open(os.path.join(folder, FILE), "wb") as f:
+        f.write(onnx_bytes)
+    return os.path.join(folder, FILE)
+
+
 def export_onnx(model, output_dir, verify_images, labels=None, metadata=None):
     """Converts `model`, checks the file in ONNX Runtime against Keras, and writes it with labels and metadata.
 
@@ -77,23 +82,11 @@ def export_onnx(model, output_dir, verify_images, labels=None, metadata=None):
     import onnxruntime
     import tf2onnx
 
-    output_dir, verify_images, labels = common.check_export_arguments(model, output_dir, verify_images, labels,
-                                                                      "ONNX")
-    ours = {"format": "onnx", "opset": OPSET, "tolerance": dict(TOLERANCE), "tf2onnx": tf2onnx.__version__,
-            "onnxruntime": onnxruntime.__version__, **common.input_and_output(model, batch=None)}
-    common.check_metadata(metadata, {**ours, "check": None})
-
-    onnx_bytes = convert(model)
-    expected = common.keras_scores(model, verify_images)
-    with new_directory(output_dir) as staging:  # checked where it will lie, renamed only once it passed
-        path = os.path.join(staging, FILE)
-        with open(path, "wb") as f:
-            f.write(onnx_bytes)
-        received = common.client_scores(CLIENT, path, verify_images, "ONNX Runtime")
-        result = {**common.compare(model, expected, received), "num_images": len(verify_images)}
-        common.refuse_unless_within(TOLERANCE, result, "ONNX")
-        common.write_labels_and_metadata(staging, labels, common.check_metadata(metadata, {**ours, "check": result}))
-    return {**result, "output_dir": output_dir, "onnx_path": os.path.join(output_dir, FILE)}
+    ours = {"format": "onnx", "opset": OPSET, "tf2onnx": tf2onnx.__version__, "onnxruntime": onnxruntime.__version__}
+    result = common.write_checked(model, output_dir, verify_images, labels, metadata, ours, "ONNX", convert, _save,
+                                  CLIENT, "ONNX Runtime")
+    path = result.pop("path")
+    return {**result, "onnx_path": path}
 
 
 def from_command_line(model, request):

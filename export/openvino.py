@@ -24,7 +24,6 @@ import openvino
 import tensorflow as tf
 
 from export import common
-from keras_vit.atomic_files import new_directory
 from keras_vit.trim import trim_last_block
 
 FILE = "model.xml"  # and its weights, model.bin; beside common.LABELS_FILE and METADATA_FILE
@@ -60,6 +59,11 @@ np.save(sys.argv[3], np.concatenate(scores))
 """
 
 
+def _save(converted, folder):
+    openvino.save_model(converted, os.path.join(folder, FILE), compress_to_fp16=False)
+    return os.path.join(folder, FILE)
+
+
 def export_openvino(model, output_dir, verify_images, labels=None, metadata=None):
     """Converts `model`, checks it in OpenVINO's runtime against Keras, and writes the `FILES`.
 
@@ -79,22 +83,11 @@ def export_openvino(model, output_dir, verify_images, labels=None, metadata=None
         common.ToleranceError: the IR is not within `TOLERANCE` of Keras; nothing was written.
         ValueError: an argument is not what the export takes.
     """
-    output_dir, verify_images, labels = common.check_export_arguments(model, output_dir, verify_images, labels,
-                                                                      "OpenVINO")
-    ours = {"format": "openvino", "tolerance": dict(TOLERANCE), "openvino": openvino.__version__,
-            **common.input_and_output(model, batch=None)}
-    common.check_metadata(metadata, {**ours, "check": None})
-
-    converted = convert(model)
-    expected = common.keras_scores(model, verify_images)
-    with new_directory(output_dir) as staging:  # checked where it will lie, renamed only once it passed
-        xml = os.path.join(staging, FILE)
-        openvino.save_model(converted, xml, compress_to_fp16=False)
-        received = common.client_scores(CLIENT, xml, verify_images, "OpenVINO")
-        result = {**common.compare(model, expected, received), "num_images": len(verify_images)}
-        common.refuse_unless_within(TOLERANCE, result, "OpenVINO")
-        common.write_labels_and_metadata(staging, labels, common.check_metadata(metadata, {**ours, "check": result}))
-    return {**result, "output_dir": output_dir, "xml_path": os.path.join(output_dir, FILE)}
+    ours = {"format": "openvino", "openvino": openvino.__version__}
+    result = common.write_checked(model, output_dir, verify_images, labels, metadata, ours, "OpenVINO", convert,
+                                  _save, CLIENT, "OpenVINO")
+    path = result.pop("path")
+    return {**result, "xml_path": path}
 
 
 def from_command_line(model, request):
