@@ -64,10 +64,6 @@ def read_labels(path):
         raise app.UsageError(f"--labels={path!r} must be UTF-8 text: {error}") from error
 
 
-# Flags of some formats only: given with another, they would be ignored.
-FORMAT_FLAGS = {name: f.flags for name, f in choices.FORMATS.items()}
-
-
 def check_flags():
     """Every flag against the others and the files they name, before the model loads.
 
@@ -76,11 +72,11 @@ def check_flags():
     if not _MODEL.value or not _OUTPUT.value:
         raise app.UsageError("--model and --output are required (or --inspect=DIR)")
     fmt = _FORMAT.value
-    for other in FORMATS:
-        misplaced = [f"--{name}" for name in FORMAT_FLAGS[other] if flags.FLAGS[name].present
-                     and name not in FORMAT_FLAGS[fmt]]
+    for other in FORMATS:  # a flag of another format only would be ignored
+        misplaced = [f"--{name}" for name in choices.FORMATS[other].flags if flags.FLAGS[name].present
+                     and name not in choices.FORMATS[fmt].flags]
         if misplaced:
-            takers = ", ".join(f for f in FORMATS if set(FORMAT_FLAGS[f]) >= {m[2:] for m in misplaced})
+            takers = ", ".join(f for f in FORMATS if set(choices.FORMATS[f].flags) >= {m[2:] for m in misplaced})
             raise app.UsageError(f"{', '.join(misplaced)} apply to --format={takers} only; received --format={fmt}")
     images = calibration = None
     if choices.FORMATS[fmt].images:

@@ -224,8 +224,7 @@ def client_scores(client, path, images, runtime, timeout=600):
         return np.load(outputs)
 
 
-def write_checked(model, output_dir, verify_images, labels, metadata, ours, kind, convert, save, client,
-                  runtime):
+def write_checked(model, output_dir, verify_images, labels, metadata, *, ours, kind, convert, save, client, runtime):
     """The float file exports' sequence: check the arguments, convert, score the staged file in its runtime's bare
     process, refuse it outside `FLOAT_TOLERANCE`, then publish it with labels.txt and metadata.json.
 
@@ -246,6 +245,12 @@ def write_checked(model, output_dir, verify_images, labels, metadata, ours, kind
         refuse_unless_within(FLOAT_TOLERANCE, result, kind)
         write_labels_and_metadata(staging, labels, check_metadata(metadata, {**ours, "check": result}))
     return {**result, "output_dir": output_dir, "path": os.path.join(output_dir, os.path.basename(path))}
+
+
+def check_line(result, written, runtime):
+    """What `python -m export` prints of a float file export's check: where it lies and how it matched Keras."""
+    return (f"{written}: on {result['num_images']} images, top-1 agreement {result['top1_agreement']:.2%}, max "
+            f"|difference| of probabilities {result['max_abs_diff_probabilities']:.2e} ({runtime} against Keras)")
 
 
 def write_labels_and_metadata(folder, labels, metadata, labels_name=LABELS_FILE, metadata_name=METADATA_FILE):

@@ -25,7 +25,6 @@ from export import common
 from keras_vit.trim import trim_last_block
 
 FILE = "model.onnx"  # beside common.LABELS_FILE and METADATA_FILE
-TOLERANCE = common.FLOAT_TOLERANCE
 # ONNX 1.12's opset (2022): LayerNormalization is an op; ONNX Runtime, TensorRT 8.6+ and OpenVINO read it.
 OPSET = 17
 
@@ -76,15 +75,16 @@ def export_onnx(model, output_dir, verify_images, labels=None, metadata=None):
         dict: the check's numbers, `output_dir` and `onnx_path`.
 
     Raises:
-        common.ToleranceError: the file is not within `TOLERANCE` of Keras; nothing was written.
+        common.ToleranceError: the file is not within `common.FLOAT_TOLERANCE` of Keras;
+            nothing was written.
         ValueError: an argument is not what the export takes.
     """
     import onnxruntime
     import tf2onnx
 
     ours = {"format": "onnx", "opset": OPSET, "tf2onnx": tf2onnx.__version__, "onnxruntime": onnxruntime.__version__}
-    result = common.write_checked(model, output_dir, verify_images, labels, metadata, ours, "ONNX", convert, _save,
-                                  CLIENT, "ONNX Runtime")
+    result = common.write_checked(model, output_dir, verify_images, labels, metadata, ours=ours, kind="ONNX",
+                                  convert=convert, save=_save, client=CLIENT, runtime="ONNX Runtime")
     path = result.pop("path")
     return {**result, "onnx_path": path}
 
@@ -92,7 +92,5 @@ def export_onnx(model, output_dir, verify_images, labels=None, metadata=None):
 def from_command_line(model, request):
     """`python -m export --format=onnx`: writes the file and prints its check."""
     result = export_onnx(model, request.output, request.images, labels=request.labels, metadata=request.metadata)
-    print(f"ONNX model written to {result['onnx_path']}: on {result['num_images']} images, top-1 agreement "
-          f"{result['top1_agreement']:.2%}, max |difference| of probabilities "
-          f"{result['max_abs_diff_probabilities']:.2e} (ONNX Runtime's CPU provider, in a fresh process, against "
-          "Keras)")
+    print(common.check_line(result, f"ONNX model written to {result['onnx_path']}",
+                            "ONNX Runtime's CPU provider, in a fresh process"))

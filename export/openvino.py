@@ -27,7 +27,6 @@ from export import common
 from keras_vit.trim import trim_last_block
 
 FILE = "model.xml"  # and its weights, model.bin; beside common.LABELS_FILE and METADATA_FILE
-TOLERANCE = common.FLOAT_TOLERANCE
 # OpenVINO would run bf16 on a CPU that has it (its default precision hint there): the check and the
 # metadata state float32, and a user's compile_model should ask for it too (docs/serving.md).
 COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
@@ -80,12 +79,13 @@ def export_openvino(model, output_dir, verify_images, labels=None, metadata=None
         dict: the check's numbers, `output_dir` and `xml_path`.
 
     Raises:
-        common.ToleranceError: the IR is not within `TOLERANCE` of Keras; nothing was written.
+        common.ToleranceError: the IR is not within `common.FLOAT_TOLERANCE` of Keras;
+            nothing was written.
         ValueError: an argument is not what the export takes.
     """
     ours = {"format": "openvino", "openvino": openvino.__version__}
-    result = common.write_checked(model, output_dir, verify_images, labels, metadata, ours, "OpenVINO", convert,
-                                  _save, CLIENT, "OpenVINO")
+    result = common.write_checked(model, output_dir, verify_images, labels, metadata, ours=ours, kind="OpenVINO",
+                                  convert=convert, save=_save, client=CLIENT, runtime="OpenVINO")
     path = result.pop("path")
     return {**result, "xml_path": path}
 
@@ -93,6 +93,5 @@ def export_openvino(model, output_dir, verify_images, labels=None, metadata=None
 def from_command_line(model, request):
     """`python -m export --format=openvino`: writes the IR and prints its check."""
     result = export_openvino(model, request.output, request.images, labels=request.labels, metadata=request.metadata)
-    print(f"OpenVINO IR written to {result['xml_path']}: on {result['num_images']} images, top-1 agreement "
-          f"{result['top1_agreement']:.2%}, max |difference| of probabilities "
-          f"{result['max_abs_diff_probabilities']:.2e} (OpenVINO's CPU runtime against Keras)")
+    print(common.check_line(result, f"OpenVINO IR written to {result['xml_path']}",
+                            "OpenVINO's CPU runtime, in a fresh process"))
