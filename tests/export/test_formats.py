@@ -9,13 +9,16 @@ import shutil
 import sys
 
 import numpy as np
+import pytest
 
 import keras_vit
 from export import choices, common
+from tests.layer_checks import randomize_weights
 from tests.processes import run_together
 
 ROOT = pathlib.Path(__file__).parents[2]
 HF_CLASSIFIER = ROOT / "tests" / "fixtures" / "hf" / "vit_classifier"  # five classes, id2label cat ... frog
+TINY = dict(patch_size=4, hidden_size=32, mlp_dim=64, num_heads=2, num_layers=2, image_size=16, classes=3)
 
 
 def test_every_registered_format_is_one_module_its_extra_brings():
@@ -77,3 +80,21 @@ def test_labels_that_do_not_fit_the_head_and_a_nan_weight_are_one_line_naming_th
         assert result.returncode == 1 and "Traceback" not in result.stderr, (model, result.stderr[-2000:])
         assert re.search(expected, result.stderr.strip().splitlines()[0]), (model, result.stderr)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, runtime", [("onnx", "ONNX Runtime"), ("openvino", "OpenVINO")])
+def test_a_file_that_misses_its_tolerance_or_cannot_run_is_not_written(name, runtime, tmp_path, monkeypatch):
+    module = importlib.import_module(f"export.{name}")
+    export = getattr(module, f"export_{name}")
+    model = keras_vit.ViT(**TINY, classifier_activation=None)
+    randomize_weights(model, scale=0.3)  # a head that decides something, so reversed scores miss
+    images = np.random.default_rng(0).uniform(-1, 1, (4, 16, 16, 3)).astype("float32")
+    client_scores = common.client_scores
+    monkeypatch.setattr(common, "client_scores", lambda *args: client_scores(*args)[:, ::-1])
+    with pytest.raises(common.ToleranceError, match="is not within .* Nothing was written"):
+        export(model, tmp_path / "out", images)
+    monkeypatch.setattr(common, "client_scores", client_scores)
+    monkeypatch.setattr(module, "CLIENT", module.CLIENT.replace('["scores"]', '["no_such_output"]'))
+    with pytest.raises(RuntimeError, match=f"{runtime} could not run the exported model: .*no_such_output"):
+        export(model, tmp_path / "out", images)
+    assert os.listdir(tmp_path) == []  # no directory, no staging left
