@@ -1,5 +1,6 @@
 """The ONNX export: checked by ONNX Runtime in a bare process, written whole or not at all, read by ONNX Runtime."""
 
+import collections
 import json
 import os
 import pathlib
@@ -52,6 +53,23 @@ def test_the_export_is_what_onnx_runtime_alone_reads_at_any_batch(model, tmp_pat
     scores = np.load(tmp_path / "scores.npz")
     np.testing.assert_allclose(scores["one"], expected[:1], rtol=0, atol=1e-5)
     np.testing.assert_allclose(scores["three"], expected[1:4], rtol=0, atol=1e-5)
+
+
+def test_the_file_holds_the_forms_onnx_runtime_fuses():
+    # tf2onnx writes each LayerNorm as ~12 elementwise ops ONNX Runtime's LayerNormFusion misses, and attention's
+    # query, key and value as three narrow products; the export rewrites them (standard ONNX ops, no contrib domain).
+    import onnx
+
+    model = keras_vit.ViT(**TINY, classifier_activation=None)
+    randomize_weights(model, scale=0.3)
+    proto = onnx.load_from_string(onnx_export.convert(model))
+    onnx.checker.check_model(proto)
+    ops = collections.Counter(node.op_type for node in proto.graph.node)
+    assert ops["LayerNormalization"] == 2 * TINY["num_layers"] + 1, ops  # two per block, the final norm
+    assert not {"GlobalAveragePool", "ReduceMean", "Sqrt", "Reciprocal", "Neg", "Sub"} & set(ops), ops
+    assert ops["Split"] == TINY["num_layers"], ops  # one product per block for query, key and value
+    assert {node.domain for node in proto.graph.node} == {""}
+    assert [opset.version for opset in proto.opset_import if opset.domain == ""] == [onnx_export.OPSET]
 
 
 def test_onnx_from_the_command_line(tmp_path):
