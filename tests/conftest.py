@@ -1,6 +1,11 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# XLA's code generation at LLVM -O0, here and in every process a test starts (they inherit it): the tests' models are
+# tiny and run a few steps, so optimising the machine code costs more than it saves (BUILD.md). Read by TensorFlow's
+# and JAX's XLA on first use, hence before anything imports them.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 import keras  # noqa: E402
 import pytest  # noqa: E402

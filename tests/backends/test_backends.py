@@ -35,9 +35,6 @@ RESIZE_ATOL, ROUNDED_MEAN = 0.01, 0.02
 def _start_worker(backend, directory):
     """Starts backend_checks on `backend` in a subprocess; its Popen (stdout and stderr into files in `directory`)."""
     env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    if backend == "jax":  # eager JAX compiles each op at each new shape: tiny models run once, so XLA's
-        # optimisation passes cost more than they save (a third of the process's CPU time)
-        env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
     with open(directory / f"{backend}.out", "w") as stdout, open(directory / f"{backend}.err", "w") as stderr:
         return subprocess.Popen([sys.executable, "-m", "tests.backends.backend_checks", str(directory)], env=env,
                                 cwd=ROOT, stdout=stdout, stderr=stderr)

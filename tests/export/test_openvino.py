@@ -51,8 +51,8 @@ def test_the_export_is_what_openvino_alone_reads_and_it_answers_as_keras(model, 
     np.testing.assert_allclose(np.load(tmp_path / "scores.npy"), expected, rtol=0, atol=1e-5)
 
 
-def test_a_class_token_model_is_converted_trimmed(model):
-    converted = openvino_export.convert(model)
+def test_a_class_token_model_is_converted_trimmed():  # once: the head's activation is not what is trimmed
+    converted = openvino_export.convert(keras_vit.ViT(**TINY))
     shapes = [op.get_output_partial_shape(0) for op in converted.get_ordered_ops() if op.get_type_name() == "MatMul"]
     rows = sorted({str(shape[1]) for shape in shapes if shape.rank.get_length() == 3})
     assert rows == ["1", "17"], rows  # the last block's queries are the class token's alone
