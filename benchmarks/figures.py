@@ -329,6 +329,38 @@ def tflite_int8_ops_region(results):
                       "share of the int8 model"], rows))
 
 
+# --- benchmarks.litert_converters
+
+_LITERT_PATHS = {"a": "tf.lite (TF 2.20)", "b": "litert-converter (JAX backend) + ai-edge-quantizer",
+                 "c": "litert-torch (PyTorch backend) + ai-edge-quantizer",
+                 "d": "ai-edge-quantizer on tf.lite's float file"}
+
+
+def litert_converters_region(results):
+    data = _load(results, "litert_converters_cpu.json")
+    found = {(r["path"], r["model"], r["quantize"]): r for r in data["results"]}
+    rows = []
+    for (path, model, quantize), ti in found.items():
+        if model != "ti16":
+            continue
+        digits = found.get((path, "digits", quantize), {})
+        speed = ti.get("latency_vs_a")
+        builtin = "no" if ti.get("non_builtin_ops") else "yes"
+        rows.append([_LITERT_PATHS.get(path, data["paths"][path]), quantize, builtin, ti["io"],
+                     f"{ti['max_abs_diff_probabilities']:.1e}",
+                     f"{digits['top1_agreement']:.2%}" if "top1_agreement" in digits else "not run",
+                     _spread(speed) + "x" if speed else "not timed"])
+    versions = data["versions"]["torch"]
+    return (f"{_provenance('litert_converters_cpu.json', data)}, TensorFlow {data['versions']['main']['tensorflow']}, "
+            f"litert-converter {versions['litert-converter']}, litert-torch {versions['litert-torch']}, "
+            f"ai-edge-quantizer {versions['ai-edge-quantizer']}; Ti/16 at 224 px (random weights): max |difference| of "
+            f"probabilities against Keras, and batch-1 invoke time on one thread over that of tf.lite's file of the "
+            f"same quantization (above 1: slower), median (range) over {data['rounds']} alternating rounds; the main "
+            f"job's digits model: top-1 agreement with Keras on the 360 test digits.\n\n"
+            + _table(["converter", "quantization", "builtin ops only", "input -> output", "Ti/16 max difference",
+                      "digits top-1 agreement", "time vs tf.lite"], rows))
+
+
 # --- benchmarks.serving_latency
 
 def serving_latency_region(results):
@@ -729,6 +761,7 @@ REGIONS = {
     "export-latency": export_latency_region,
     "tflite-int8-ops": tflite_int8_ops_region,
     "int8-agreement": int8_agreement_region,
+    "litert-converters": litert_converters_region,
     "serving-latency": serving_latency_region,
     "serving-load": serving_load_region,
     "suite-cpu-torch": suite_region("suite_cpu_torch.json"),
@@ -760,6 +793,7 @@ SOURCES = {
     "export-latency": ("export_latency_cpu.json",),
     "tflite-int8-ops": ("tflite_int8_ops_cpu.json",),
     "int8-agreement": ("int8_agreement_cpu.json",),
+    "litert-converters": ("litert_converters_cpu.json",),
     "serving-latency": ("serving_latency_cpu.json",),
     "serving-load": ("serving_load_cpu.json",),
     "suite-cpu-torch": ("suite_cpu_torch.json",),
