@@ -26,11 +26,11 @@ one-thread invoke in the LiteRT interpreter as the median ratio to a's file of t
 alternating rounds that each start one file further on and time a float32 GEMM (`benchmarks.common`).
 
 Paths b, c and d need packages that must not share TensorFlow's environment, so they run in a worker
-process of another Python (`--torch_python`, a venv with torch 2.13, litert-torch, ai-edge-quantizer,
-litert-converter, jax and keras, and no TensorFlow); this script itself runs in the repository's venv.
+process of another Python: `benchmarks/.envs/litert`, made on first use from `requirements-litert.txt`
+(torch 2.13, litert-torch, ai-edge-quantizer, litert-converter, jax and keras, and no TensorFlow), or
+`--litert_python`; this script itself runs in the repository's venv.
 
-    python -m benchmarks.litert_converters --torch_python=/work/litert_envs/torch/bin/python \
-        [--digits_model=runs/digits/model.keras] [--rounds=5]
+    python -m benchmarks.litert_converters [--litert_python=PATH] [--digits_model=runs/digits/model.keras] [--rounds=5]
 
 Without `--digits_model` it trains the main job into a temporary directory (minutes).
 """
@@ -50,8 +50,9 @@ from absl import app, flags, logging  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 
-_TORCH_PYTHON = flags.DEFINE_string("torch_python", "/work/litert_envs/torch/bin/python",
-                                    "Python of the venv with litert-torch, ai-edge-quantizer and jax (no TF).")
+_LITERT_PYTHON = flags.DEFINE_string("litert_python", None, "Python of a venv with litert-torch, ai-edge-quantizer and "
+                                    "jax, no TF (default: benchmarks/.envs/litert from requirements-litert.txt, made "
+                                    "on first use).")
 _DIGITS = flags.DEFINE_string("digits_model", None, "The main job's model.keras (default: train it here).")
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Alternating latency rounds.")
 _SECONDS = flags.DEFINE_float("seconds", 0.3, "Seconds of invokes per file and round.")
@@ -232,7 +233,10 @@ def worker(backend, job_path):
 
 def run_worker(backend, job_path):
     env = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": os.getcwd(), "CUDA_VISIBLE_DEVICES": ""}
-    return common.worker_json([_TORCH_PYTHON.value, "-m", "benchmarks.litert_converters", f"--worker={backend}",
+    from benchmarks import run
+
+    python = run.environment_python("litert", _LITERT_PYTHON.value, run.ENVS_DIR)
+    return common.worker_json([python, "-m", "benchmarks.litert_converters", f"--worker={backend}",
                                f"--job={job_path}"], f"the {backend} worker", env=env, timeout=3600)
 
 

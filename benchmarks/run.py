@@ -57,9 +57,10 @@ _ON_TORCH = KERAS_BACKEND == "torch"
 _BACKEND_INSTALLS = {"tensorflow": [f"{ROOT}[tensorflow,export]"], "jax": [str(ROOT), "jax[cpu]==0.10.2"],
                      "torch": [str(ROOT), "torch==2.13.0"]}
 INSTALLS = {"keras_vit": ["-e", *_BACKEND_INSTALLS.get(KERAS_BACKEND, [str(ROOT)])],
-            "timm": ["-r", str(ROOT / "benchmarks" / "requirements-peers.txt")]}
+            "timm": ["-r", str(ROOT / "benchmarks" / "requirements-peers.txt")],
+            "litert": ["-r", str(ROOT / "benchmarks" / "requirements-litert.txt")]}  # benchmarks.litert_converters
 ENV_NAMES = {"keras_vit": "keras_vit" if KERAS_BACKEND == "tensorflow" else f"keras_vit_{KERAS_BACKEND}",
-             "timm": "timm"}
+             "timm": "timm", "litert": "litert"}
 # The environment each worker runs in: the deployment runtimes run timm's model exported to ONNX, beside timm.
 ENVIRONMENT_OF = {"keras_vit": "keras_vit", "keras_vit_served": "keras_vit", "keras_vit_openvino": "keras_vit",
                   "keras_vit_onnxruntime": "keras_vit", "timm": "timm", "onnxruntime": "timm", "openvino": "timm"}
