@@ -24,10 +24,11 @@ each such norm becomes one `LayerNormalization`, attention's per-head bias is
 added before the head split with the query's power-of-two scale folded into
 its kernel (exact), and the query, key and value products of one input become
 one MatMul and a Split, as timm's export has them (three narrow GEMMs thread
-worse than one wide one at small batch). BUILD.md gives the figures.
+worse than one wide one at small batch). BUILD.md records why.
 """
 
 import collections
+import contextlib
 import os
 
 import numpy as np
@@ -61,9 +62,26 @@ def convert(model, opset=OPSET):
     signature = tf.TensorSpec((None, *common.input_shape(model)[1:]), tf.float32, name="inputs")
     forward = tf.function(lambda inputs: {"scores": served(inputs, training=False)}, input_signature=[signature],
                           autograph=False)
-    proto, _ = tf2onnx.convert.from_function(forward, input_signature=[signature], opset=opset)
+    with _uncopied_optimizer_passes():
+        proto, _ = tf2onnx.convert.from_function(forward, input_signature=[signature], opset=opset)
     _fuse_for_runtimes(proto)
     return proto.SerializeToString()
+
+
+@contextlib.contextmanager
+def _uncopied_optimizer_passes():
+    """tf2onnx without its copy of the graph, weights included, before each optimizer pass (kept to undo a pass that
+    fails): the copies wait for Python's cycle collector, and ViT-B/16's conversion grew past 14 GB. A pass that fails
+    now raises, which the export reports, instead of being skipped. Any value of the variable turns the copies off."""
+    previous = os.environ.get("TF2ONNX_CATCH_ERRORS")
+    os.environ["TF2ONNX_CATCH_ERRORS"] = "FALSE"
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TF2ONNX_CATCH_ERRORS"]
+        else:
+            os.environ["TF2ONNX_CATCH_ERRORS"] = previous
 
 
 def _fuse_for_runtimes(proto):

@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -55,14 +56,27 @@ def test_the_export_is_what_onnx_runtime_alone_reads_at_any_batch(model, tmp_pat
     np.testing.assert_allclose(scores["three"], expected[1:4], rtol=0, atol=1e-5)
 
 
-def test_the_file_holds_the_forms_onnx_runtime_fuses():
+def test_the_file_holds_the_forms_onnx_runtime_fuses(monkeypatch):
     # tf2onnx writes each LayerNorm as ~12 elementwise ops ONNX Runtime's LayerNormFusion misses, and attention's
     # query, key and value as three narrow products; the export rewrites them (standard ONNX ops, no contrib domain).
-    import onnx
+    import copy
 
+    import onnx
+    import tf2onnx.optimizer
+
+    # ...and converts without tf2onnx's copy of the whole graph before each optimizer pass (B/16 grew past 14 GB).
+    graph_copies = []
+
+    def deepcopy(x, memo=None):
+        graph_copies.extend([type(x).__name__] if isinstance(x, tf2onnx.graph.Graph) else [])
+        return copy.deepcopy(x, memo)
+
+    monkeypatch.setattr(tf2onnx.optimizer, "copy", types.SimpleNamespace(deepcopy=deepcopy))
+    monkeypatch.delenv("TF2ONNX_CATCH_ERRORS", raising=False)
     model = keras_vit.ViT(**TINY, classifier_activation=None)
     randomize_weights(model, scale=0.3)
     proto = onnx.load_from_string(onnx_export.convert(model))
+    assert graph_copies == [] and "TF2ONNX_CATCH_ERRORS" not in os.environ  # and the environment left as it was
     onnx.checker.check_model(proto)
     ops = collections.Counter(node.op_type for node in proto.graph.node)
     assert ops["LayerNormalization"] == 2 * TINY["num_layers"] + 1, ops  # two per block, the final norm
