@@ -131,3 +131,18 @@ def train_metrics(model_dir, *flags):
     if result.returncode:
         raise RuntimeError(f"trainers.train {' '.join(flags)} failed:\n{result.stderr[-3000:]}")
     return json.loads((pathlib.Path(model_dir) / "metrics.json").read_text())
+
+
+def train_digits(folder):
+    """Trains the main job into `folder`; returns its model.keras."""
+    subprocess.run([sys.executable, "-m", "trainers.train", f"--model_dir={folder}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return os.path.join(folder, "model.keras")
+
+
+def read_digits(paths, model):
+    """Digit PNG files read as `python -m export --images` reads them for `model`; and their labels."""
+    from export import preprocessing
+
+    steps = preprocessing.Preprocessing.for_model(model, max_image_pixels=2**31 - 1)
+    return preprocessing.read_images(paths, steps), np.array([int(p[-5]) for p in paths])  # NNNN_LABEL.png

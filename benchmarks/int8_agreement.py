@@ -24,8 +24,6 @@ Without `--digits_model` it trains the main job into a temporary directory (minu
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -63,13 +61,6 @@ def levers(tflite):
     }
 
 
-def train_digits(folder):
-    """Trains the main job into `folder`; returns its model.keras."""
-    subprocess.run([sys.executable, "-m", "trainers.train", f"--model_dir={folder}"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return os.path.join(folder, "model.keras")
-
-
 def train_b16(model, images, labels, steps, seed=0):
     """Trains `model` on the digits for `steps` steps of 32 (AdamW, warm-up then cosine, clipped)."""
     import keras
@@ -81,16 +72,6 @@ def train_b16(model, images, labels, steps, seed=0):
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
     data = tf.data.Dataset.from_tensor_slices((images, labels)).shuffle(len(images), seed=seed).repeat().batch(32)
     model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
-
-
-def read_digits(paths, model):
-    """Digit PNG files read as `python -m export --images` reads them for `model`; and their labels."""
-    import numpy as np
-
-    from export import preprocessing
-
-    steps = preprocessing.Preprocessing.for_model(model, max_image_pixels=2**31 - 1)
-    return preprocessing.read_images(paths, steps), np.array([int(p[-5]) for p in paths])  # NNNN_LABEL.png
 
 
 def measure(name, model, train, test, test_labels):
@@ -149,7 +130,7 @@ def b16_model(train_files):
         return keras_vit.load_model(_B16.value, classifier_activation=None)
     keras.utils.set_random_seed(0)
     model = keras_vit.ViT_B16(image_size=B16_IMAGE_SIZE, classes=10, classifier_activation=None)
-    train_b16(model, *read_digits(train_files, model), _B16_STEPS.value)
+    train_b16(model, *common.read_digits(train_files, model), _B16_STEPS.value)
     if _B16_SAVE.value:
         model.save(_B16_SAVE.value)
     return model
@@ -167,13 +148,13 @@ def main(argv):
     with tempfile.TemporaryDirectory() as folder:
         train_files, test_files = (digits.write_pngs(os.path.join(folder, split), split) for split in ("train", "test"))
         if "digits" in _MODELS.value:
-            model = keras_vit.load_model(_DIGITS.value or train_digits(os.path.join(folder, "digits")),
+            model = keras_vit.load_model(_DIGITS.value or common.train_digits(os.path.join(folder, "digits")),
                                          classifier_activation=None)
-            (train, _), (test, test_labels) = read_digits(train_files, model), read_digits(test_files, model)
+            (train, _), (test, test_labels) = (common.read_digits(files, model) for files in (train_files, test_files))
             results += measure("digits", model, train, test, test_labels)
         if "b16" in _MODELS.value:
             model = b16_model(train_files)
-            (train, _), (test, test_labels) = read_digits(train_files, model), read_digits(test_files, model)
+            (train, _), (test, test_labels) = (common.read_digits(files, model) for files in (train_files, test_files))
             results += measure(f"B/16 at {model.input_shape[1]} px", model, train, test, test_labels)
     rows = [{"model": r["model"], "lever": r["lever"], "calib": r["calibration_images"],
              "top-1 agree": f"{r['top1_agreement']:.4f}", "flips": r["flips"],

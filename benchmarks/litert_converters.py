@@ -39,7 +39,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -88,21 +87,6 @@ def versions(names):
 def one_line(error):
     text = " ".join(f"{type(error).__name__}: {error}".split())
     return text[:300]
-
-
-def read_digits(paths, model):
-    """Digit PNG files read as `python -m export --images` reads them for `model` (benchmarks/int8_agreement.py)."""
-    from export import preprocessing
-
-    steps = preprocessing.Preprocessing.for_model(model, max_image_pixels=2**31 - 1)
-    return preprocessing.read_images(paths, steps)
-
-
-def train_digits(folder):
-    """Trains the main job into `folder`; returns its model.keras."""
-    subprocess.run([sys.executable, "-m", "trainers.train", f"--model_dir={folder}"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return os.path.join(folder, "model.keras")
 
 
 def randomize_weights(model, seed=0, scale=0.3):
@@ -332,16 +316,17 @@ def main(argv):
     results, workers = [], {}
     with tempfile.TemporaryDirectory() as folder:
         train_files, test_files = (digits.write_pngs(os.path.join(folder, split), split) for split in ("train", "test"))
-        digits_path = _DIGITS.value or train_digits(os.path.join(folder, "digits"))
+        digits_path = _DIGITS.value or common.train_digits(os.path.join(folder, "digits"))
         digits_model = keras_vit.load_model(digits_path, classifier_activation=None)
         keras.utils.set_random_seed(0)
         ti16 = keras_vit.ViT_Ti16(weights=None)
         randomize_weights(ti16)
         ti16.save_weights(os.path.join(folder, "ti16.weights.h5"))
 
-        digits_train, digits_test = (read_digits(files, digits_model) for files in (train_files, test_files))
-        ti16_test = read_digits(test_files[:TI16_IMAGES], ti16)
-        ti16_train = read_digits(train_files[:_TI16_CALIBRATION.value], ti16)
+        digits_train, digits_test = (common.read_digits(files, digits_model)[0]
+                                     for files in (train_files, test_files))
+        ti16_test = common.read_digits(test_files[:TI16_IMAGES], ti16)[0]
+        ti16_train = common.read_digits(train_files[:_TI16_CALIBRATION.value], ti16)[0]
         models = {"ti16": (ti16, ti16_train, ti16_test), "digits": (digits_model, digits_train, digits_test)}
         job = {"dir": folder, "models": {}}
         for name, (model, train, _) in models.items():
