@@ -531,8 +531,8 @@ def main(argv=None):
     # Named to the workers even when unset, so a backend in ~/.keras/keras.json cannot differ from this plan.
     os.environ["KERAS_BACKEND"] = KERAS_BACKEND
     suite, out = plan(args)
-    pythons = {impl: environment_python(impl, getattr(args, f"{impl}_python"), args.envs_dir)
-               for impl in INSTALLS}
+    pythons = {env: environment_python(env, getattr(args, f"{env}_python"), args.envs_dir)
+               for env in dict.fromkeys(ENVIRONMENT_OF.values())}  # litert's is benchmarks.litert_converters' own
     machine = common.machine()
     started = time.perf_counter()
     workers = {impl: WorkerProcess(pythons[ENVIRONMENT_OF[impl]], impl, suite.threads)
