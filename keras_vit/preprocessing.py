@@ -33,7 +33,12 @@ def preprocess_input(x, data_format=None, config=None):
     if data_format not in (None, "channels_last", "channels_first"):
         raise ValueError(f"`data_format` must be 'channels_last' or 'channels_first'; received {data_format!r}")
     numpy_in = isinstance(x, (np.ndarray, list, tuple, int, float))
-    x = np.asarray(x, np.float32) if numpy_in else ops.cast(x, "float32")
+    if numpy_in:
+        x = np.asarray(x, np.float32)
+    elif _uses_tensorflow(x):  # a tf.data graph's tensor too, whatever Keras' backend (the trainer on JAX)
+        x = sys.modules["tensorflow"].cast(x, "float32")
+    else:
+        x = ops.cast(x, "float32")
     if config is None or set(config.input_mean) == set(config.input_std) == {0.5}:
         return x / np.float32(127.5) - np.float32(1.0)
     mean = np.asarray(config.input_mean, np.float32) * np.float32(255.0)
