@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 from export import choices  # noqa: E402  (TensorFlow loads in main(), once the flags have passed)
-from keras_vit.backends import tensorflow_backend_problem  # noqa: E402  (imports Keras when called)
+from keras_vit.backends import backend_problem  # noqa: E402  (imports Keras when called)
 from keras_vit.checks import is_hub_id  # noqa: E402  (Keras-free)
 
 FORMATS = tuple(choices.FORMATS)
@@ -129,7 +129,7 @@ def main(argv):
         return 0
     image_files, calibration_files = check_flags()
     labels = read_labels(_LABELS.value) if _LABELS.value else None
-    missing = tensorflow_backend_problem("export") or choices.missing_message(_FORMAT.value)
+    missing = backend_problem("export") or choices.missing_message(_FORMAT.value)
     if missing:
         raise SystemExit(missing)  # one line, no traceback: nothing has been read or written
     import keras_vit

@@ -30,7 +30,7 @@ def pytest_configure(config):
 # in collection order (pytest.ini turns off its own reordering by test count).
 SLOWEST_FIRST = ("test_docs.py", "trainers/test_train.py", "test_model.py", "export/test_saved_model.py",
                  "backends/test_backends.py", "trainers/test_combinations.py", "test_run.py",
-                 "export/test_serving_matrix.py")
+                 "export/test_serving_matrix.py", "trainers/test_jax_trainer.py")
 
 
 def pytest_collection_modifyitems(config, items):

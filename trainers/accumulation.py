@@ -5,11 +5,15 @@ micro-batches, run the model's own step on each in a `tf.while_loop` (one micro-
 time), sum the gradients its optimiser lends instead of applying them, and apply their mean once: the update of the
 whole batch, one optimiser step, the schedule and checkpoints counted in steps as without accumulation.
 
+On JAX the same: the model's own stateless step runs on each micro-batch in a `jax.lax.scan`, its optimiser
+lending the gradients, and `stateless_apply` applies their mean once.
+
 Keras' own `gradient_accumulation_steps` updates inside a `cond` on its count of micro-batches; under a
 tf.distribute strategy that `cond` holds the all-reduce, which TensorFlow refuses ("merge_call called while
 defining a new graph"). Here the loop holds no all-reduce: the one update after it reduces as any step does.
 """
 
+import keras
 import tensorflow as tf
 
 
@@ -20,6 +24,9 @@ def accumulate_gradients(model, steps):
     must divide by `steps` (the recipe's checks).
     """
     if steps == 1:
+        return
+    if keras.backend.backend() == "jax":
+        _accumulate_on_jax(model, steps)
         return
     one_step = model.train_step
 
@@ -38,5 +45,37 @@ def accumulate_gradients(model, steps):
                                 (tf.constant(0), [tf.zeros_like(v) for v in variables]), parallel_iterations=1)
         model.optimizer.apply([s / steps for s in sums], variables)
         return model.get_metrics_result()
+
+    model.train_step = train_step
+
+
+def _accumulate_on_jax(model, steps):
+    """`accumulate_gradients` for Keras' JAX trainer, whose step is `train_step(state, data) -> (logs, state)`."""
+    import jax
+    import jax.numpy as jnp
+
+    one_step = model.train_step
+    variables = model.trainable_variables
+
+    def train_step(state, data):
+        micro = jax.tree_util.tree_map(lambda t: jnp.reshape(t, (steps, -1, *t.shape[1:])), data)
+
+        def accumulate(carry, batch):
+            state, sums = carry
+            with model.optimizer.lending_gradients() as lent:
+                logs, state = one_step(state, batch)
+            grads = [lent.get(id(variable)) for variable in variables]
+            sums = [s if g is None else s + g.astype(s.dtype) for s, g in zip(sums, grads, strict=True)]
+            return (state, sums), logs
+
+        # One micro-batch at a time, as on TensorFlow: the scan's body holds one micro-batch's activations.
+        zeros = [jnp.zeros(v.shape, v.dtype) for v in state[0]]
+        (state, sums), logs = jax.lax.scan(accumulate, (state, zeros), micro)
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        trainable, optimizer_variables = model.optimizer.stateless_apply(
+            optimizer_variables, [s / steps for s in sums], trainable)
+        # The metrics' state holds every micro-batch: the last micro-batch's logs are the step's.
+        return jax.tree_util.tree_map(lambda t: t[-1], logs), (trainable, non_trainable, optimizer_variables,
+                                                              metrics_variables)
 
     model.train_step = train_step

@@ -93,6 +93,10 @@ def load_teacher(spec, signature="serving_default"):
                 "the model elsewhere with model.save('teacher.keras') and pass --teacher=teacher.keras") from error
     if spec.endswith(".keras"):
         return keras.models.load_model(spec, compile=False)
+    if keras.backend.backend() != "tensorflow":  # TFSMLayer calls TensorFlow's graph inside the step
+        raise ValueError(f"`teacher`={spec!r} is a SavedModel, which runs inside the training step on Keras' "
+                         f"TensorFlow backend only; on {keras.backend.backend()} give a .keras file or "
+                         "keras.applications.NAME")
     try:
         return keras.layers.TFSMLayer(spec, call_endpoint=signature, trainable=False)
     except ValueError as error:

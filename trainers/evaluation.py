@@ -38,14 +38,12 @@ class Evaluation:
 
 
 class BestCheckpoint:
-    """Saves `checkpoint` to `model_dir/best` whenever the evaluation top-1 beats the best so far."""
+    """Saves a checkpoint into `checkpoints` (`model_dir/best`, `trainers.checkpointing`; two kept: the one
+    best.json names survives until best.json names the next, whenever the run stops) whenever the evaluation
+    top-1 beats the best so far."""
 
-    def __init__(self, checkpoint, model_dir, strategy, is_chief):
-        # Every worker takes part in a save; only the chief's lands in model_dir/best.
-        name = "best" if is_chief else f"best_{strategy.cluster_resolver.task_id}"
-        self.directory = model_dir / name
-        # Two kept: the one best.json names survives until best.json names the next, whenever the run stops.
-        self.manager = tf.train.CheckpointManager(checkpoint, str(self.directory), max_to_keep=2)
+    def __init__(self, checkpoints, model_dir, is_chief):
+        self.checkpoints = checkpoints
         self.record_path = model_dir / "best.json"
         self.is_chief = is_chief
         self.record = (json.loads(self.record_path.read_text()) if self.record_path.exists()
@@ -58,11 +56,11 @@ class BestCheckpoint:
         if results["top1"] <= self.record["eval_top1"]:
             line = f"{line}  (best: {self.record['eval_top1']:.4f} at step {self.record['step']})"
         else:
-            self.manager.save(checkpoint_number=step)
+            self.checkpoints.save(step)
             self.record = {"step": step, "eval_top1": results["top1"], "eval_top5": results["top5"],
                            "eval_loss": results["loss"],
-                           "checkpoint": os.path.basename(self.manager.latest_checkpoint)}
-            line = f"{line}  (new best, saved to {self.directory.name}/)"
+                           "checkpoint": os.path.basename(self.checkpoints.latest)}
+            line = f"{line}  (new best, saved to {self.checkpoints.directory.name}/)"
         self.record["last_evaluated_step"] = step
         if self.is_chief:
             write_text_atomically(self.record_path, json.dumps(self.record, indent=2))
@@ -72,6 +70,3 @@ class BestCheckpoint:
     def last_evaluated_step(self):
         """The step of the last evaluation considered (a record from before this field: its best step, or 0)."""
         return self.record.get("last_evaluated_step", self.record["step"] or 0)
-
-    def remove_scratch(self):
-        tf.io.gfile.rmtree(str(self.directory))

@@ -31,7 +31,9 @@ from keras_vit.fine_tuning import averaged_weights  # noqa: E402
 from keras_vit.variants import variant_name  # noqa: E402
 from trainers import data, distillation, mpp, optimization, recipes  # noqa: E402
 from trainers.accumulation import accumulate_gradients  # noqa: E402
+from trainers.checkpointing import open_checkpoints  # noqa: E402
 from trainers.evaluation import BestCheckpoint, Evaluation, next_stop  # noqa: E402
+from trainers.jax_distribution import KerasDistribution  # noqa: E402
 from trainers.keras_workarounds import fit_multi_worker  # noqa: E402
 from trainers.progress import RunProgress  # noqa: E402
 from trainers.strategy import ACCELERATORS  # noqa: E402
@@ -82,7 +84,9 @@ def _metrics(recipe):
 
 def current_step(optimizer):
     """The optimiser's step counter as an int (a mirrored variable under tf.distribute)."""
-    return int(tf.convert_to_tensor(optimizer.iterations.value))
+    value = optimizer.iterations.value
+    return int(tf.convert_to_tensor(value) if keras.backend.backend() == "tensorflow"
+               else keras.ops.convert_to_numpy(value))
 
 
 class StepLogger(keras.callbacks.Callback):
@@ -113,7 +117,9 @@ class StepLogger(keras.callbacks.Callback):
 
 
 def _is_chief(strategy):
-    """The task that writes: "chief", or worker 0 when the cluster has no chief."""
+    """The task that writes: "chief", or worker 0 when the cluster has no chief; JAX's process 0."""
+    if isinstance(strategy, KerasDistribution):
+        return strategy.is_chief
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return True
@@ -235,7 +241,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
                                                                 skip_bad_images, eval_every)
     model, optimizer = _set_up_model(recipe, strategy, kind, train_source, eval_source)
     is_chief = _is_chief(strategy)
-    checkpoint, manager, resumed_from = _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief)
+    open_in, checkpoints, resumed_from = _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief)
 
     # Validation and the restore succeeded: from here on the run may write.
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -247,7 +253,8 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     callbacks = _callbacks(recipe, model_dir, is_chief, progress)
     # Model selection (best/) on the validation split held out of the training data; the test split is
     # evaluated once, by the final model, so the figure reported is not the one that chose.
-    best = BestCheckpoint(checkpoint, model_dir, strategy, is_chief) if validation_source else None
+    best = validation_source and BestCheckpoint(
+        open_in(model_dir / _scratch_name(strategy, is_chief, "best")), model_dir, is_chief)
     validate = validation_source and Evaluation(
         model, data.eval_dataset(recipe, validation_source, recipe.batch_size), model_dir / "logs" / "validation",
         is_chief)
@@ -259,7 +266,7 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
             progress.message(best.consider(step, validate(step)))
     for step in _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks):
         if step % recipe.checkpoint_every == 0 or step == recipe.train_steps:
-            manager.save(checkpoint_number=step)
+            checkpoints.save(step)
         if best and _evaluates_at(step, recipe, eval_every):
             with averaged_weights(model, optimizer):
                 progress.message(best.consider(step, validate(step)))
@@ -268,7 +275,8 @@ def train(recipe, model_dir, strategy, kind="cpu", data_dir=None, skip_bad_image
     with averaged_weights(model, optimizer):
         metrics = _final_report(recipe, model, model_dir, step, best, validate, validation_source, eval_source,
                                 is_chief, progress)
-        _finish(model, model_dir, metrics, is_chief, manager, best,
+        metrics.update(backend=keras.backend.backend(), devices=_devices(strategy))
+        _finish(model, model_dir, metrics, is_chief, checkpoints, best,
                 train_source.class_names if recipe.task == "classification" else None)
     return model, metrics
 
@@ -289,6 +297,13 @@ def _final_report(recipe, model, model_dir, step, best, validate, validation_sou
             "validation_top1": validated["top1"] if best else None,
             "best_step": best.record["step"] if best else None,
             "best_top1": best.record["eval_top1"] if best else None}
+
+
+def _devices(strategy):
+    """The devices the run's steps ran on, over every host."""
+    if isinstance(strategy, KerasDistribution):
+        return strategy.num_devices
+    return strategy.num_replicas_in_sync  # tf.distribute: one replica per device (a TPU core)
 
 
 def _evaluates_at(step, recipe, eval_every):
@@ -334,6 +349,9 @@ def _set_up_model(recipe, strategy, kind, train_source, eval_source):
 
 def _execution_settings(recipe, strategy, kind):
     """The recipe's `(steps_per_execution, jit_compile)` on `kind`, less what Keras 3 cannot run under `strategy`."""
+    if isinstance(strategy, KerasDistribution):
+        # JAX compiles its step on every device, the CPU too; "false" runs it op by op (for debugging).
+        return recipe.steps_per_execution, recipe.jit_compile != "false"
     steps_per_execution = recipe.steps_per_execution
     mirrored = isinstance(strategy, (tf.distribute.MultiWorkerMirroredStrategy, tf.distribute.MirroredStrategy))
     if mirrored and steps_per_execution > 1:
@@ -354,27 +372,35 @@ def _execution_settings(recipe, strategy, kind):
     return steps_per_execution, jit_compile
 
 
-def _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief):
-    """Restores the last checkpoint if there is one; returns `(checkpoint, manager, resumed_from)`.
+def _scratch_name(strategy, is_chief, name):
+    """Where this process saves its copy of `name` (checkpoints, best): a TF worker's scratch directory, for
+    every tf.distribute worker takes part in a save and only the chief's lands; JAX's other processes write none."""
+    if is_chief or isinstance(strategy, KerasDistribution):
+        return name
+    return f"{name}_{strategy.cluster_resolver.task_id}"
 
-    Writes nothing. Raises InvalidRun when that checkpoint does not fit the recipe's model.
+
+def _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief):
+    """Restores the last checkpoint if there is one; returns `(open_in, checkpoints, resumed_from)`.
+
+    `open_in(directory)` opens the run's checkpoints in another directory (best/). Writes nothing. Raises
+    InvalidRun when that checkpoint does not fit the recipe's model.
     """
     # Variables by position: weights, seed-generator states, optimiser slots and step.
     # (A Distiller's teacher is not in it: it is frozen and loaded again.)
     variables = getattr(model, "checkpoint_variables", model.variables)
-    checkpoint = tf.train.Checkpoint(model=list(variables), optimizer=list(optimizer.variables))
-    # Every worker must take part in saving; the others write to a scratch directory.
-    directory = (model_dir / "checkpoints" if is_chief
-                 else model_dir / f"checkpoints_{strategy.cluster_resolver.task_id}")
-    manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=2)
-    resumed_from = manager.latest_checkpoint
+
+    def open_in(directory):
+        return open_checkpoints(list(variables), list(optimizer.variables), directory, max_to_keep=2)
+
+    checkpoints = open_in(model_dir / _scratch_name(strategy, is_chief, "checkpoints"))
+    resumed_from = checkpoints.latest
     if resumed_from:
         try:
-            checkpoint.restore(manager.latest_checkpoint).assert_consumed()
-        except (AssertionError, ValueError, tf.errors.OpError) as error:
-            raise InvalidRun(
-                f"{manager.latest_checkpoint} does not restore into this recipe's model: {error}") from error
-    return checkpoint, manager, resumed_from
+            checkpoints.restore_latest()
+        except ValueError as error:
+            raise InvalidRun(f"{resumed_from} does not restore into this recipe's model: {error}") from error
+    return open_in, checkpoints, resumed_from
 
 
 def _callbacks(recipe, model_dir, is_chief, progress):
@@ -406,13 +432,13 @@ def _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks
         yield step
 
 
-def _finish(model, model_dir, metrics, is_chief, manager, best, class_names=None):
+def _finish(model, model_dir, metrics, is_chief, checkpoints, best, class_names=None):
     """The chief writes model.keras, model.npz, metrics.json and labels.txt (the class names, where the dataset
     has them: what `python -m export --labels` takes); the other workers remove their scratch copies."""
-    if not is_chief:
-        tf.io.gfile.rmtree(manager.directory)
-        if best:
-            best.remove_scratch()
+    if not is_chief:  # a TF worker's scratch copies (checkpoints_N, best_N); JAX's other processes wrote none
+        for directory in (checkpoints.directory, best and best.checkpoints.directory):
+            if directory and directory.name not in ("checkpoints", "best"):
+                tf.io.gfile.rmtree(str(directory))
         return
     # The ViT itself; a Distiller's student; the MPP network and its headless backbone.
     keras_model, npz_model = model.deliverables() if hasattr(model, "deliverables") else (model, model)

@@ -94,7 +94,9 @@ class LendsGradients:
         lent = getattr(self, "_lent", None)
         if lent is None:
             return super().apply(grads, trainable_variables)
-        lent.update(zip(map(id, trainable_variables), grads, strict=True))
+        # Keras' stateless_apply (JAX) names no variables: the optimiser's own, in its order.
+        variables = self._trainable_variables if trainable_variables is None else trainable_variables
+        lent.update(zip(map(id, variables), grads, strict=True))
         return None
 
 

@@ -23,8 +23,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 from keras_vit import config as vit_config  # noqa: E402
-from keras_vit.backends import tensorflow_backend_problem  # noqa: E402
-from trainers import plan, recipes  # noqa: E402
+from keras_vit.backends import backend_problem  # noqa: E402
+from trainers import jax_distribution, plan, recipes  # noqa: E402
 from trainers.strategy import STRATEGIES  # noqa: E402
 
 _RECIPE = flags.DEFINE_enum("recipe", plan.DEFAULT_RECIPE, list(recipes.RECIPES),
@@ -32,7 +32,13 @@ _RECIPE = flags.DEFINE_enum("recipe", plan.DEFAULT_RECIPE, list(recipes.RECIPES)
                             f"{plan.FINE_TUNING_RECIPE} when --pretrained is set).")
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "Where checkpoints, logs and the final model go.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "TFDS data directory (default ~/tensorflow_datasets).")
-_STRATEGY = flags.DEFINE_enum("strategy", "auto", list(STRATEGIES), "tf.distribute strategy.")
+_STRATEGY = flags.DEFINE_enum(
+    "strategy", "auto", list(dict.fromkeys([*STRATEGIES, *jax_distribution.STRATEGIES])),
+    f"On TensorFlow a tf.distribute strategy ({', '.join(STRATEGIES)}); on JAX a keras.distribution "
+    f"({', '.join(jax_distribution.STRATEGIES)}). auto: every device there is.")
+_MODEL_AXIS_SIZE = flags.DEFINE_integer(
+    "model_axis_size", 0, "--strategy=model_parallel (JAX): the devices that split one copy of the model (default: "
+                          "all of them); the batch is split over the rest.", lower_bound=0)
 _TPU = flags.DEFINE_string("tpu", "", "TPU name or address for --strategy=tpu.")
 _SKIP_BAD_IMAGES = flags.DEFINE_bool(
     "skip_bad_images", False, "Train without the folder images the pre-flight scan finds undecodable.")
@@ -129,6 +135,29 @@ def refuse(reason):
     return 1
 
 
+def make_strategy(backend, model_config):
+    """`(strategy, kind)`: tf.distribute's on TensorFlow, a `jax_distribution.KerasDistribution` on JAX.
+
+    ValueError or RuntimeError naming the flag when the strategy is not the backend's, its devices are missing,
+    or the model does not split over them.
+    """
+    if backend == "jax":
+        if _TPU.value:
+            raise ValueError(f"--tpu={_TPU.value} names a TPU for tf.distribute (KERAS_BACKEND=tensorflow); on "
+                             "Keras' JAX backend a TPU VM's cores are JAX's devices: drop --tpu")
+        distribution = jax_distribution.make_distribution(_STRATEGY.value, _MODEL_AXIS_SIZE.value, model_config)
+        return distribution, distribution.kind
+    if _STRATEGY.value not in STRATEGIES:
+        raise ValueError(f"--strategy={_STRATEGY.value} is a keras.distribution of Keras' JAX backend (set "
+                         f"KERAS_BACKEND=jax); on TensorFlow use one of {STRATEGIES}")
+    if _MODEL_AXIS_SIZE.value:
+        raise ValueError(f"--model_axis_size={_MODEL_AXIS_SIZE.value} sizes --strategy=model_parallel on Keras' "
+                         "JAX backend (KERAS_BACKEND=jax)")
+    from trainers.strategy import make_strategy as make_tensorflow_strategy
+
+    return make_tensorflow_strategy(_STRATEGY.value, _TPU.value)
+
+
 def main(argv):
     if not flags.FLAGS["verbosity"].present:  # reading a checkpoint's configuration logs at INFO
         logging.set_verbosity(logging.WARNING)
@@ -139,21 +168,21 @@ def main(argv):
     recipe = run.recipe
     for note in run.notes:
         print(f"trainers.train: {note}")
-    # Every flag has passed: TensorFlow starts here.
-    problem = tensorflow_backend_problem("trainers.train")
+    # Every flag has passed: Keras' backend, and TensorFlow, start here.
+    problem = backend_problem("trainers.train")
     if problem:
         print(problem, file=sys.stderr)
         return 1
+    import keras
     import tensorflow as tf
 
     from trainers import loop
-    from trainers.strategy import make_strategy
 
     loop.quiet_logs(flags.FLAGS["verbosity"].present)
     if _DETERMINISTIC.value:
         tf.config.experimental.enable_op_determinism()
     try:
-        strategy, kind = make_strategy(_STRATEGY.value, _TPU.value)
+        strategy, kind = make_strategy(keras.backend.backend(), recipe.model)
     except (ValueError, RuntimeError) as error:  # a device asked for and missing, a malformed TF_CONFIG
         return refuse(error)
     logging.info("Recipe %s on %s (%d replicas):\n%s", run.name, kind,

@@ -4,6 +4,7 @@ import io
 
 import keras
 import numpy as np
+import pytest
 
 from trainers import recipes
 from trainers.evaluation import next_stop
@@ -59,13 +60,21 @@ def test_on_a_terminal_the_line_is_redrawn_in_place():
     assert last.startswith("step 10/10 [" + "=" * 24 + "] 100.0%") and last.endswith("\n")
 
 
-def test_best_json_names_a_checkpoint_that_exists_when_a_run_stops_between_them(tmp_path, monkeypatch):
-    import tensorflow as tf
+@pytest.mark.parametrize("kind, suffix", [("tensorflow", ".index"), ("arrays", ".npz")])
+def test_best_json_names_a_checkpoint_that_exists_when_a_run_stops_between_them(tmp_path, monkeypatch, kind,
+                                                                                suffix):
+    import keras
 
-    from trainers import evaluation
+    from trainers import checkpointing, evaluation
 
-    checkpoint = tf.train.Checkpoint(weight=tf.Variable(1.0))
-    best = evaluation.BestCheckpoint(checkpoint, tmp_path, tf.distribute.get_strategy(), True)
+    variables = [keras.Variable(1.0, name="weight")]
+
+    def opened():
+        if kind == "tensorflow":
+            return checkpointing.TensorFlowCheckpoints(variables, [], tmp_path / "best", max_to_keep=2)
+        return checkpointing.ArrayCheckpoints(variables, tmp_path / "best", max_to_keep=2)
+
+    best = evaluation.BestCheckpoint(opened(), tmp_path, True)
     best.consider(1, {"top1": 0.5, "top5": 0.9, "loss": 1.0})
 
     def killed(*args):
@@ -77,6 +86,6 @@ def test_best_json_names_a_checkpoint_that_exists_when_a_run_stops_between_them(
     except KeyboardInterrupt:
         pass
     monkeypatch.undo()
-    resumed = evaluation.BestCheckpoint(checkpoint, tmp_path, tf.distribute.get_strategy(), True)
+    resumed = evaluation.BestCheckpoint(opened(), tmp_path, True)
     assert resumed.record["step"] == 1
-    assert (tmp_path / "best" / f"{resumed.record['checkpoint']}.index").exists()
+    assert (tmp_path / "best" / f"{resumed.record['checkpoint']}{suffix}").exists()

@@ -44,7 +44,10 @@ VERBOSITY = [([], False), (["--verbosity=0"], True)]
 # One command line per road a bad flag takes to the user (each field's own check is tested in-process, in
 # test_recipes.py and test_preflight.py): absl's enum check, a recipe field's check, a float flag read as nan.
 BAD_FLAGS = [
-    ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of <auto|tpu|gpu|multi_worker|cpu>"),
+    ("--strategy=mirrored", "flag --strategy=mirrored: value should be one of "
+                            "<auto|tpu|gpu|multi_worker|cpu|data_parallel|model_parallel>"),
+    ("--strategy=data_parallel", "--strategy=data_parallel is a keras.distribution of Keras' JAX backend (set "
+                                 "KERAS_BACKEND=jax)"),
     ("--batch_size=0", "received batch_size=0"),
     ("--learning_rate=nan", "`learning_rate` must be in (0, inf); received learning_rate=nan"),
     ("--eval_every=-1", "--eval_every must be an int >= 0 (0: at the end only); received eval_every=-1"),
