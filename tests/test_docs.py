@@ -121,7 +121,6 @@ for variant, tag, local in (("B/16", "augreg_in21k_ft_in1k", "ViT-B_16.npz"),
     os.symlink(folder / local, cached)
 fixtures = pathlib.Path(os.environ["PYTHONPATH"]) / "tests" / "fixtures"
 shutil.copytree(fixtures / "timm" / "deit", "hf/deit_tiny_patch16_224")           # a timm hub folder
-shutil.copy(fixtures / "token.npz", "finetuned.npz")                              # a small official file
 rng = np.random.default_rng(0)
 tf.io.write_file("photo.jpg", tf.io.encode_jpeg(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)))
 tf.io.write_file("digit.png", tf.io.encode_png(rng.integers(0, 17, (8, 8, 1), dtype=np.uint8) * 15))
