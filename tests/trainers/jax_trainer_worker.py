@@ -13,10 +13,8 @@ and the final weights; a mode that raises writes OUT_DIR/MODE.error (its type an
     indivisible     num_heads=3 under model_parallel: refused before any file is written
     deit            the distilled DeiT under data_parallel, its teacher a .keras ViT; evaluations only at the end
     saved_model_teacher  a SavedModel teacher: refused (TensorFlow's graph cannot run in JAX's step)
-    two_hosts       KERAS_DISTRIBUTION_NUM_PROCESSES=2: refused before any file is written
 """
 
-import os
 import pathlib
 import shutil
 import sys
@@ -37,8 +35,7 @@ MODES = {"one": ("cpu", {}), "data_parallel": ("data_parallel", {"grad_accumulat
          "model_parallel": ("model_parallel", {}), "resumed": ("cpu", {}),
          "indivisible": ("model_parallel", {"num_heads": 3, "hidden_size": 36, "mlp_dim": 65}),
          "deit": ("data_parallel", {"classifier": "token", "distilled": True, "distillation": "hard"}),
-         "saved_model_teacher": ("cpu", {"classifier": "token", "distilled": True, "distillation": "hard"}),
-         "two_hosts": ("auto", {})}
+         "saved_model_teacher": ("cpu", {"classifier": "token", "distilled": True, "distillation": "hard"})}
 
 
 def run_mode(mode, out, data_dir):
@@ -57,8 +54,6 @@ def run_mode(mode, out, data_dir):
         for name in ("model.keras", "model.npz", "metrics.json", "checkpoints/ckpt-10.npz"):
             (out / mode / name).unlink()
         (out / mode / "checkpoints" / "checkpoint").write_text("ckpt-5\n")
-    if mode == "two_hosts":
-        os.environ["KERAS_DISTRIBUTION_NUM_PROCESSES"] = "2"
     strategy = jax_distribution.make_distribution(strategy_name, 0, recipe.model)
     model, metrics = loop.train(recipe, out / mode, strategy, strategy.kind, data_dir)
     return {"shards": strategy.num_replicas_in_sync, "devices": metrics["devices"], "backend": metrics["backend"],

@@ -1,6 +1,6 @@
 """The trainer on Keras' JAX backend over two host CPU devices (`keras.distribution`): its data-parallel and
 model-parallel steps are one device's, accumulation included; it resumes exactly from its own checkpoints; its
-command line trains and refuses what is TensorFlow's (tests/trainers/jax_trainer_worker.py)."""
+command line trains; what is TensorFlow's is refused (tests/trainers/jax_trainer_worker.py)."""
 
 import json
 import sys
@@ -19,14 +19,13 @@ JAX_ENV = {**ENV, "KERAS_BACKEND": "jax",
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, data_dir):  # noqa: F811
-    """{name: (CompletedProcess, its directory)}: the worker's modes, the command line's run and its refusal,
-    in processes started together."""
-    dirs = {name: tmp_path_factory.mktemp(name) for name in ("worker", "cli", "refused")}
+    """{name: (CompletedProcess, its directory)}: the worker's modes and the command line's run, in processes
+    started together."""
+    dirs = {name: tmp_path_factory.mktemp(name) for name in ("worker", "cli")}
     commands = {
         "worker": ["tests.trainers.jax_trainer_worker", str(dirs["worker"]), data_dir],
         "cli": ["trainers.train", f"--model_dir={dirs['cli'] / 'run'}", f"--data_dir={data_dir}", *TINY_FLAGS,
                 "--train_steps=10", "--checkpoint_every=5", "--validation_fraction=0"],
-        "refused": ["trainers.train", f"--model_dir={dirs['refused'] / 'run'}", "--strategy=tpu"],
     }
     results = run_together([[sys.executable, "-m", *command] for command in commands.values()], cwd=ROOT,
                            env=JAX_ENV)
@@ -76,12 +75,15 @@ def test_a_model_the_model_axis_does_not_split_is_refused_before_anything_is_wri
     assert not (out / "indivisible").exists()
 
 
-def test_several_hosts_are_refused_before_anything_is_written(runs):
-    result, out = runs["worker"]
-    error = (out / "two_hosts.error").read_text().splitlines()[0]
-    assert error.startswith("ValueError: KERAS_DISTRIBUTION_NUM_PROCESSES=2: the trainer runs on one host on Keras' "
-                            "JAX backend (its evaluation would hang across hosts)")
-    assert not (out / "two_hosts").exists()
+def test_several_hosts_are_refused(monkeypatch):
+    from trainers import jax_distribution
+
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "2")
+    with pytest.raises(ValueError, match=r"^KERAS_DISTRIBUTION_NUM_PROCESSES=2: the trainer runs on one host on "
+                                         r"Keras' JAX backend \(its evaluation would hang across hosts\)"):
+        jax_distribution.check_one_host()
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "1")
+    jax_distribution.check_one_host()
 
 
 def test_deit_distils_on_two_devices_and_a_saved_model_teacher_is_refused(runs):
@@ -112,8 +114,17 @@ def test_the_command_line_trains_on_every_device_and_writes_what_tensorflow_read
     assert f"test top-1 {metrics['eval_top1']:.4f}" in result.stdout
 
 
-def test_a_tensorflow_strategy_is_refused_on_jax_in_one_line(runs):
-    result, out = runs["refused"]
-    assert result.returncode == 1 and not (out / "run").exists()
-    assert result.stderr.splitlines()[-2].startswith("trainers.train: --strategy=tpu is a tf.distribute strategy "
-                                                     "(KERAS_BACKEND=tensorflow); on Keras' JAX backend use")
+@pytest.mark.parametrize("strategy, axis, message", [
+    ("tpu", 0, "--strategy=tpu is a tf.distribute strategy (KERAS_BACKEND=tensorflow); on Keras' JAX backend use "
+               "--strategy=auto or data_parallel"),
+    ("mirrored", 0, "--strategy must be one of ('auto', 'data_parallel', 'model_parallel', 'cpu') on Keras' JAX "
+                    "backend; received strategy='mirrored'"),
+    ("data_parallel", 2, "--model_axis_size=2 sizes model_parallel's model axis; received --strategy=data_parallel"),
+])
+def test_a_strategy_jax_cannot_run_is_named_before_any_device_is_touched(strategy, axis, message):
+    """The command line's road (`refuse`, one line) is the other refusals'; the checks need neither JAX nor a device."""
+    from trainers import jax_distribution
+
+    with pytest.raises(ValueError) as raised:
+        jax_distribution.check_strategy(strategy, axis)
+    assert str(raised.value).startswith(message)
