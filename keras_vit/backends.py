@@ -17,9 +17,9 @@ import os
 
 # The backends each application runs on, and what it needs them (and TensorFlow) for, for its refusal.
 PROGRAMS = {
-    "trainers.train": (("tensorflow", "jax"), "tf.data input pipelines; its step under tf.distribute or, on JAX, "
-                                              "keras.distribution, which Keras' PyTorch trainer lacks, as it lacks "
-                                              "steps_per_execution"),
+    "trainers.train": (("tensorflow", "jax"), "tf.data input pipelines; its step under tf.distribute, or "
+                                              "keras.distribution on JAX: Keras' PyTorch trainer has neither that "
+                                              "nor steps_per_execution"),
     "export": (("tensorflow",), "SavedModel and TFLite export"),
 }
 _NAMES = {"tensorflow": "TensorFlow", "jax": "JAX"}

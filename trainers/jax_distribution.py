@@ -53,10 +53,9 @@ class KerasDistribution:
 
     cluster_resolver = None  # tf.distribute's; the hosts here are JAX processes
 
-    def __init__(self, distribution, kind, num_replicas_in_sync):
+    def __init__(self, kind, num_replicas_in_sync):
         import jax
 
-        self.distribution = distribution
         self.kind = kind  # "cpu", "gpu" or "tpu": the devices' platform
         self.num_replicas_in_sync = num_replicas_in_sync  # the batch's shards
         self.is_chief = jax.process_index() == 0  # always, while one host runs (check_one_host)
@@ -89,11 +88,11 @@ def make_distribution(name="auto", model_axis_size=0, model_config=None):
     kind = jax.default_backend()
     if name == "cpu" or (name == "auto" and len(devices) == 1):
         keras.distribution.set_distribution(None)
-        return KerasDistribution(None, kind, 1)
+        return KerasDistribution(kind, 1)
     if name in ("auto", "data_parallel"):
         distribution = keras.distribution.DataParallel(devices=devices)
         keras.distribution.set_distribution(distribution)
-        return KerasDistribution(distribution, kind, len(devices))
+        return KerasDistribution(kind, len(devices))
     model = model_axis_size or len(devices)
     if len(devices) % model:
         raise ValueError(f"--model_axis_size={model} must divide the {len(devices)} devices")
@@ -105,7 +104,7 @@ def make_distribution(name="auto", model_axis_size=0, model_config=None):
         layouts[pattern] = axes
     distribution = keras.distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch")
     keras.distribution.set_distribution(distribution)
-    return KerasDistribution(distribution, kind, len(devices) // model)
+    return KerasDistribution(kind, len(devices) // model)
 
 
 def check_model_fits(config, model_axis_size):

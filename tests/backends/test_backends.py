@@ -247,6 +247,18 @@ def test_the_trainer_refuses_torch_and_the_exporter_jax_in_one_line(tmp_path):
     assert not (tmp_path / "run").exists() and not (tmp_path / "export").exists()
 
 
+def test_the_trainer_on_jax_without_tensorflow_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    from keras_vit import backends
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert backends.backend_problem("trainers.train").endswith(
+        "; TensorFlow is not installed here: pip install -e '.[train]'")
+    assert "Keras runs on jax here" in backends.backend_problem("export")
+
+
 def test_on_tensorflow_the_applications_run_and_an_unknown_one_is_refused():
     from keras_vit.backends import backend_problem
 
