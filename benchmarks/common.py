@@ -56,16 +56,18 @@ def time_calls(fn, seconds):
     return (time.perf_counter() - start) / runs
 
 
-def alternating_rounds(calls, rounds, measure):
-    """Times every call in turn, round after round, with the GEMM at the start of each round.
+def alternating_rounds(calls, rounds, measure, rotate=False):
+    """Times every call in turn, round after round, with the GEMM at the start of each round; `rotate` starts
+    each round one call further on, so no call always follows the GEMM.
 
     Returns ({name: [measure(call) per round]}, [GEMM GFLOP/s per round]).
     """
-    samples, gemms = {name: [] for name in calls}, []
-    for _ in range(rounds):
+    names, samples, gemms = list(calls), {name: [] for name in calls}, []
+    for round_ in range(rounds):
         gemms.append(gemm_gflops())
-        for name, call in calls.items():
-            samples[name].append(measure(call))
+        shift = round_ % len(names) if rotate else 0
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(measure(calls[name]))
     return samples, gemms
 
 

@@ -292,13 +292,8 @@ def latency(tflite, files, image):
             return it.get_tensor(o)
 
         calls[key] = call
-    names, samples, gemms = list(calls), {key: [] for key in calls}, []
-    for round_ in range(_ROUNDS.value):
-        gemms.append(common.gemm_gflops())
-        shift = round_ % len(names)
-        for key in names[shift:] + names[:shift]:
-            samples[key].append(1000 * common.time_calls(calls[key], _SECONDS.value))
-    return samples, gemms
+    return common.alternating_rounds(calls, _ROUNDS.value, lambda call: 1000 * common.time_calls(call, _SECONDS.value),
+                                     rotate=True)
 
 
 def main(argv):

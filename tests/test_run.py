@@ -182,3 +182,13 @@ def test_a_worker_that_sees_no_gpu_stops_the_suite_on_a_gpu_machine():
         run.measure_all(workers, suite, gpu="NVIDIA H200")
     with pytest.raises(AssertionError, match="prepare"):  # a CPU machine: no check
         run.measure_all(workers, suite, gpu=None)
+
+
+def test_alternating_rounds_start_one_call_further_on_each_round_when_asked(monkeypatch):
+    from benchmarks import common
+
+    monkeypatch.setattr(common, "gemm_gflops", lambda: 1.0)
+    for rotate, expected in ((False, "abcabcabc"), (True, "abcbcacab")):
+        order = []
+        samples, gemms = common.alternating_rounds({k: k for k in "abc"}, 3, order.append, rotate=rotate)
+        assert "".join(order) == expected and gemms == [1.0] * 3 and samples == {k: [None] * 3 for k in "abc"}
