@@ -373,11 +373,9 @@ def _execution_settings(recipe, strategy, kind):
 
 
 def _scratch_name(strategy, is_chief, name):
-    """Where this process saves its copy of `name` (checkpoints, best): a TF worker's scratch directory, for
-    every tf.distribute worker takes part in a save and only the chief's lands; JAX's other processes write none."""
-    if is_chief or isinstance(strategy, KerasDistribution):
-        return name
-    return f"{name}_{strategy.cluster_resolver.task_id}"
+    """Where this process saves its copy of `name` (checkpoints, best): every tf.distribute worker takes part in a
+    save, and only the chief's lands in `name`; the others write a scratch directory. (JAX runs one host.)"""
+    return name if is_chief else f"{name}_{strategy.cluster_resolver.task_id}"
 
 
 def _restore_checkpoint(model, optimizer, model_dir, strategy, is_chief):
@@ -435,10 +433,10 @@ def _fit_in_chunks(model, optimizer, recipe, train_source, eval_every, callbacks
 def _finish(model, model_dir, metrics, is_chief, checkpoints, best, class_names=None):
     """The chief writes model.keras, model.npz, metrics.json and labels.txt (the class names, where the dataset
     has them: what `python -m export --labels` takes); the other workers remove their scratch copies."""
-    if not is_chief:  # a TF worker's scratch copies (checkpoints_N, best_N); JAX's other processes wrote none
-        for directory in (checkpoints.directory, best and best.checkpoints.directory):
-            if directory and directory.name not in ("checkpoints", "best"):
-                tf.io.gfile.rmtree(str(directory))
+    if not is_chief:  # a TF worker's scratch copies (checkpoints_N, best_N)
+        tf.io.gfile.rmtree(str(checkpoints.directory))
+        if best:
+            tf.io.gfile.rmtree(str(best.checkpoints.directory))
         return
     # The ViT itself; a Distiller's student; the MPP network and its headless backbone.
     keras_model, npz_model = model.deliverables() if hasattr(model, "deliverables") else (model, model)
