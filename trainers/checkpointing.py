@@ -7,7 +7,6 @@ directory's `checkpoint` file only after. `open_checkpoints` gives the one the b
 `directory`, `latest`, `save(number)` and `restore_latest()`.
 """
 
-import os
 import pathlib
 import re
 import zipfile
@@ -15,7 +14,7 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit.atomic_files import write_text_atomically
+from keras_vit.atomic_files import atomic_file, write_text_atomically
 
 
 def open_checkpoints(model_variables, optimizer_variables, directory, max_to_keep):
@@ -75,10 +74,8 @@ class ArrayCheckpoints:
     def save(self, number):
         values = [keras.ops.convert_to_numpy(variable.value) for variable in self.variables]
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"ckpt-{number}.npz"
-        temporary = path.with_name(f"{path.name}.tmp-{os.getpid()}.npz")
-        np.savez(temporary, *values)
-        os.replace(temporary, path)
+        with atomic_file(self.directory / f"ckpt-{number}.npz") as f:
+            np.savez(f, *values)
         numbers = [n for n in self._numbers() if n != number] + [number]
         kept = numbers[-self.max_to_keep:]
         write_text_atomically(self.directory / "checkpoint", "".join(f"ckpt-{n}\n" for n in kept))
