@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 
 from keras_vit._clash import warn_if_shadowed
+from keras_vit._onednn import prefer_onednn
 from keras_vit._registration import register_with_keras
 from keras_vit._version import __version__
 
@@ -57,5 +58,6 @@ def __dir__():
     return sorted({*globals(), *_LAZY})
 
 
+prefer_onednn()  # before anything loads TensorFlow, which reads it once
 register_with_keras()
 warn_if_shadowed()

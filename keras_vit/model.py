@@ -15,7 +15,7 @@ import re
 
 import keras
 
-from keras_vit import checkpoints, positions, preprocessing
+from keras_vit import _onednn, checkpoints, positions, preprocessing
 from keras_vit import layers as vit_layers
 from keras_vit.checks import check_choice, check_input_shape
 from keras_vit.config import FIELDS, IMAGENET_MEAN, IMAGENET_STD, ViTConfig
@@ -48,9 +48,11 @@ class ViTModel(keras.Model):
         # Keras' TensorFlow trainer builds an unbuilt optimizer inside the first traced step when no
         # tf.distribute strategy is set, and tf.function traces a step that creates variables twice:
         # built here, the first step is traced once, which shortens it (BUILD.md).
-        if keras.backend.backend() == "tensorflow" and self.optimizer is not None and not self.optimizer.built:
-            with self.distribute_strategy.scope():
-                self.optimizer.build(self.trainable_variables)
+        if keras.backend.backend() == "tensorflow":
+            _onednn.warn_if_off()
+            if self.optimizer is not None and not self.optimizer.built:
+                with self.distribute_strategy.scope():
+                    self.optimizer.build(self.trainable_variables)
         return super().make_train_function(force)
 
     def compile(self, optimizer="rmsprop", *args, **kwargs):

@@ -1,12 +1,15 @@
-"""The one place keras_vit's layers rely on Keras internals: a layer built without memory.
+"""The one place keras_vit's library relies on framework internals: a layer built without memory, and whether
+TensorFlow runs its oneDNN kernels.
 
 `ScannedEncoder` runs `EncoderBlock`'s own math on slices of its stacked
 weights through the block's public `stateless_call`, so it needs a built
 block whose variables only name those slices and whose initializers draw the
 stacked weights. Keras offers no public way to keep a variable unallocated
 nor to read its initializer; `unallocated_build` does both with the internals
-below (keras/src/backend/common/variables.py and global_state.py), checked on
-the installed Keras by tests/layers/test_keras_internals.py.
+below (keras/src/backend/common/variables.py and global_state.py). TensorFlow
+says whether its oneDNN kernels are on only through `_pywrap_util_port`
+(`tensorflow_onednn_enabled`, for `keras_vit._onednn`'s warning). Both are
+checked on the installed frameworks by tests/layers/test_keras_internals.py.
 """
 
 import keras
@@ -35,3 +38,13 @@ def unallocated_build(layer, input_shape):
 def holds_memory(variable):
     """Whether `variable` has a value (False for one `unallocated_build` made)."""
     return variable._value is not None
+
+
+def tensorflow_onednn_enabled():
+    """Whether the loaded TensorFlow runs its oneDNN CPU kernels: `IsMklEnabled`, TensorFlow's own answer (fixed
+    when TensorFlow loaded); None where that internal is gone."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return None
+    return bool(_pywrap_util_port.IsMklEnabled())

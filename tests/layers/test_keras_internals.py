@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit.layers.keras_internals import holds_memory, unallocated_build
+from keras_vit.layers.keras_internals import holds_memory, tensorflow_onednn_enabled, unallocated_build
 
 BROKEN = f"Keras {keras.__version__} changed an internal that keras_vit.layers.keras_internals relies on: "
 
@@ -35,3 +35,10 @@ def test_holds_memory_tells_an_unallocated_variable_from_an_allocated_one():
     allocated.build((None, 2))
     assert not any(holds_memory(v) for v in layer.weights)
     assert all(holds_memory(v) for v in allocated.weights)
+
+
+def test_tensorflow_still_says_whether_its_onednn_kernels_are_on():
+    import tensorflow as tf  # noqa: F401  (loaded, as when a first training step asks)
+
+    assert isinstance(tensorflow_onednn_enabled(), bool), (
+        "TensorFlow moved tensorflow.python.util._pywrap_util_port.IsMklEnabled: keras_vit._onednn cannot warn")
