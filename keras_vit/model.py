@@ -56,19 +56,19 @@ class ViTModel(keras.Model):
         return super().make_train_function(force)
 
     def compile(self, optimizer="rmsprop", *args, **kwargs):
-        """Keras' `compile`; on TensorFlow the strings "adam" and "adamw" give keras_vit's fused equivalents.
+        """Keras' `compile`; on TensorFlow, Adam and AdamW run keras_vit's fused update.
 
-        `keras_vit.optimizers.Adam` and `AdamW` are subclasses of Keras' own with Keras' defaults for that
-        string and the same config; their update runs TensorFlow's Adam kernel, one graph node per variable
-        instead of about forty, the same formula, which shortens the first training step by seconds. An
-        optimizer instance is used as given; other backends and other strings are Keras' own.
+        The strings "adam" and "adamw" give `keras_vit.optimizers.Adam` and `AdamW`, subclasses of Keras' own
+        with Keras' defaults and the same config. An instance of exactly `keras.optimizers.Adam` or `AdamW` becomes
+        one in place: the same object, arguments and state, only its class the subclass. Their update runs
+        TensorFlow's Adam kernel, one graph node per variable instead of about forty, the same formula, which
+        shortens the first training step by seconds. Other optimizers, other strings and other backends are
+        Keras' own.
         """
-        if isinstance(optimizer, str) and keras.backend.backend() == "tensorflow":
+        if keras.backend.backend() == "tensorflow":
             from keras_vit import optimizers
 
-            resolved = keras.optimizers.get(optimizer)  # Keras' own names, case rules and errors
-            fused = optimizers.FUSED.get(type(resolved))
-            optimizer = fused.from_config(resolved.get_config()) if fused else resolved
+            optimizer = optimizers.fused(optimizer)
         return super().compile(optimizer, *args, **kwargs)
 
     def compile_from_config(self, config):

@@ -6,8 +6,7 @@ the learning rate and betas evaluated again for each; `ResourceApplyAdam` comput
 node, and XLA has it too; decoupled weight decay (w -= lr wd w) is one `ResourceApplyGradientDescent`. The
 scalars a step shares are computed once per step and device, not once per variable. On a ViT that
 shortens the first training step's tracing and graph set-up by seconds (BUILD.md). Other backends, AMSGrad
-and sparse gradients take Keras' own update. `keras_vit.ViTModel.compile` picks these for the strings
-"adam" and "adamw" on TensorFlow.
+and sparse gradients take Keras' own update. `keras_vit.ViTModel.compile` picks these on TensorFlow (`fused`).
 """
 
 import keras
@@ -92,3 +91,16 @@ class AdamW(FusedAdamUpdate, keras.optimizers.AdamW):
 
 # Keras' own class for each class here: what `keras_vit.ViTModel.compile` replaces.
 FUSED = {keras.optimizers.Adam: Adam, keras.optimizers.AdamW: AdamW}
+
+
+def fused(optimizer):
+    """`optimizer` with the fused update where there is one: a Keras name ("adam", "adamw") resolved by Keras and
+    made the fused class with Keras' defaults; an instance of exactly Keras' Adam or AdamW given the fused class in
+    place (the same object, config and state: the subclass adds no field); anything else as it came."""
+    if isinstance(optimizer, str):
+        resolved = keras.optimizers.get(optimizer)  # Keras' own names, case rules and errors
+        return FUSED[type(resolved)].from_config(resolved.get_config()) if type(resolved) in FUSED else resolved
+    if type(optimizer) in FUSED:
+        # Keras' optimizers track what is set on them; the class is no attribute to track.
+        object.__setattr__(optimizer, "__class__", FUSED[type(optimizer)])
+    return optimizer

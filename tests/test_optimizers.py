@@ -27,13 +27,23 @@ def _train(optimizer, weights, steps=5):
     return model
 
 
+class KerasAdamW(keras.optimizers.AdamW):
+    """Keras' own update: `ViTModel.compile` gives only an instance of exactly Keras' class the fused one."""
+
+
+class KerasAdam(keras.optimizers.Adam):
+    """Keras' own update, as `KerasAdamW`."""
+
+
 @pytest.mark.parametrize("ours, keras_own", [
-    (lambda: optimizers.AdamW(1e-2, weight_decay=0.3), lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.3)),
-    (lambda: optimizers.Adam(1e-2), lambda: keras.optimizers.Adam(1e-2)),
+    (lambda: optimizers.AdamW(1e-2, weight_decay=0.3), lambda: KerasAdamW(1e-2, weight_decay=0.3)),
+    (lambda: optimizers.Adam(1e-2), lambda: KerasAdam(1e-2)),
     # Keras updates inside a cond branch every second step: the step's scalars are made in that branch's graph.
     (lambda: optimizers.AdamW(1e-2, gradient_accumulation_steps=2),
-     lambda: keras.optimizers.AdamW(1e-2, gradient_accumulation_steps=2)),
-], ids=["with_weight_decay", "without_weight_decay", "accumulating_gradients"])
+     lambda: KerasAdamW(1e-2, gradient_accumulation_steps=2)),
+    # Keras' own class, made the fused one in place by compile.
+    (lambda: keras.optimizers.AdamW(1e-2, weight_decay=0.3), lambda: KerasAdamW(1e-2, weight_decay=0.3)),
+], ids=["with_weight_decay", "without_weight_decay", "accumulating_gradients", "keras_instance"])
 def test_the_fused_update_trains_as_keras_own(ours, keras_own):
     """Several steps from identical weights: TensorFlow's Adam kernel with shared scalars computes Keras' formula."""
     keras.utils.set_random_seed(0)
@@ -57,11 +67,23 @@ def test_compile_with_the_string_gives_the_fused_optimizer_with_keras_defaults(n
     assert ours.pop("name").startswith(theirs.pop("name").rsplit("_", 1)[0]) and ours == theirs
 
 
-def test_compile_keeps_an_instance_and_other_strings():
+@pytest.mark.parametrize("keras_class", [keras.optimizers.AdamW, keras.optimizers.Adam])
+def test_compile_gives_an_instance_of_keras_own_class_the_fused_update_in_place(keras_class):
     model = _tiny_vit()
-    mine = keras.optimizers.AdamW()
+    mine = keras_class(learning_rate=3e-4, beta_2=0.95, weight_decay=0.02, clipnorm=1.0)
+    config = mine.get_config()
     model.compile(mine, loss="mse")
-    assert model.optimizer is mine
+    assert model.optimizer is mine and type(mine) is optimizers.FUSED[keras_class] and isinstance(mine, keras_class)
+    assert mine.get_config() == config  # the subclass adds no field: every argument as given
+    model.train_on_batch(np.zeros((2, 16, 16, 3), "float32"), np.zeros((2, 3), "float32"))
+    assert int(mine.iterations) == 1  # the caller's object is the one that trains
+
+
+def test_compile_keeps_other_instances_and_strings():
+    model = _tiny_vit()
+    for mine in (KerasAdamW(), keras.optimizers.SGD(), keras.optimizers.Lion()):  # a subclass may change the update
+        model.compile(mine, loss="mse")
+        assert model.optimizer is mine and type(mine).__module__ != optimizers.__name__
     model.compile("sgd", loss="mse")
     assert type(model.optimizer) is keras.optimizers.SGD
     with pytest.raises(ValueError, match="adamx"):  # Keras' own error for a name it does not know
