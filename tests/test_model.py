@@ -17,6 +17,13 @@ def tiny(**kwargs):
     return keras_vit.ViT(**TINY, **kwargs)
 
 
+def count(builder, **kwargs):
+    """`builder(**kwargs).count_params()`, built without drawing its weights (a count needs only their shapes; drawing
+    H/14's 632M random weights took seconds): `keras.StatelessScope(initialize_variables=False)`."""
+    with keras.StatelessScope(initialize_variables=False):
+        return builder(**kwargs).count_params()
+
+
 def official_count(patch, width, mlp, layers, image=224, classes=1000, channels=3):
     """Parameter count from the architecture alone (class token, learned 1-D)."""
     tokens = (image // patch) ** 2 + 1
@@ -27,10 +34,10 @@ def official_count(patch, width, mlp, layers, image=224, classes=1000, channels=
 
 def test_official_parameter_counts():
     # The figures the official checkpoints have (issue 2, Model Garden, KerasHub).
-    assert keras_vit.ViT_B16().count_params() == 86_567_656
-    assert keras_vit.ViT_L16().count_params() == 304_326_632
-    assert keras_vit.ViT_H14().count_params() == 632_045_800
-    assert keras_vit.ViT_B16(include_top=False).count_params() == 85_798_656
+    assert count(keras_vit.ViT_B16) == 86_567_656
+    assert count(keras_vit.ViT_L16) == 304_326_632
+    assert count(keras_vit.ViT_H14) == 632_045_800
+    assert count(keras_vit.ViT_B16, include_top=False) == 85_798_656
 
 
 # vit_jax/models_test.py: the parameter counts of the official configurations.
@@ -43,12 +50,12 @@ OFFICIAL_COUNTS = {
 
 @pytest.mark.parametrize("builder", sorted(OFFICIAL_COUNTS))
 def test_official_counts_of_hybrids_and_small_variants(builder):
-    assert getattr(keras_vit, builder)().count_params() == OFFICIAL_COUNTS[builder]
+    assert count(getattr(keras_vit, builder)) == OFFICIAL_COUNTS[builder]
 
 
 def test_gap_without_representation_count():
     # 'ViT-B_16-gap-norep' in vit_jax/models_test.py: no class token, one row less.
-    assert keras_vit.ViT_B16(classifier="gap").count_params() == 86_566_120
+    assert count(keras_vit.ViT_B16, classifier="gap") == 86_566_120
 
 
 @pytest.mark.parametrize("builder, variant", [
@@ -56,14 +63,16 @@ def test_gap_without_representation_count():
     ("ViT_B8", (8, 768, 3072, 12)), ("ViT_B32", (32, 768, 3072, 12)), ("ViT_L32", (32, 1024, 4096, 24)),
 ])
 def test_every_named_builder(builder, variant):
-    model = getattr(keras_vit, builder)()
+    with keras.StatelessScope(initialize_variables=False):  # shapes and names only (`count`)
+        model = getattr(keras_vit, builder)()
     assert model.count_params() == official_count(*variant)
     assert model.name == builder.lower()
     assert getattr(keras_vit, builder).__doc__.startswith("Builds ViT-")
 
 
 def test_l16_at_384_for_10_classes():
-    model = keras_vit.ViT_L16(classes=10, image_size=384)
+    with keras.StatelessScope(initialize_variables=False):  # shapes only (`count`)
+        model = keras_vit.ViT_L16(classes=10, image_size=384)
     assert model.input_shape == (None, 384, 384, 3) and model.output_shape == (None, 10)
     assert model.get_layer("position_embedding").embedding.shape == (1, 577, 1024)
 
