@@ -84,10 +84,25 @@ def machine():
             info.setdefault(key.strip(), value.strip())
     cpu = {"cpu": info.get("model name", platform.processor())}
     if "cpu family" in info:
-        cpu.update(cpu_family=int(info["cpu family"]), cpu_model=int(info["model"]),
-                   avx512="avx512f" in info.get("flags", "").split())
-    return {**cpu, "cores": os.cpu_count(), "gpu": _gpu_name(), "python": platform.python_version(),
-            "date": datetime.date.today().isoformat()}
+        cpu_flags = info.get("flags", "").split()
+        cpu.update(cpu_family=int(info["cpu family"]), cpu_model=int(info["model"]), avx512="avx512f" in cpu_flags,
+                   isa=next((isa for isa in ("avx512f", "avx2", "avx") if isa in cpu_flags), "other").upper())
+    # What held the frameworks below the CPU's ISA (isa_limits), and TensorFlow's oneDNN setting.
+    settings = {name: os.environ[name] for name in (*_ISA_VARIABLES, "TF_ENABLE_ONEDNN_OPTS") if name in os.environ}
+    settings.update({flag: True for flag in os.environ.get("XLA_FLAGS", "").split() if "max_isa" in flag})
+    return {**cpu, "isa_settings": settings, "cores": os.cpu_count(), "gpu": _gpu_name(),
+            "python": platform.python_version(), "date": datetime.date.today().isoformat()}
+
+
+_ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+def isa_limits(isa):
+    """The environment that holds TensorFlow's oneDNN, XLA and PyTorch to `isa` ("AVX2"): an AVX2 CPU approximated
+    on a wider one. Eigen's kernels (TensorFlow without oneDNN) are built for AVX on every CPU already."""
+    xla = " ".join([*(f for f in os.environ.get("XLA_FLAGS", "").split() if "max_isa" not in f),
+                    f"--xla_cpu_max_isa={isa}"])
+    return {"ONEDNN_MAX_CPU_ISA": isa, "ATEN_CPU_CAPABILITY": isa.lower(), "XLA_FLAGS": xla}
 
 
 def _gpu_name():

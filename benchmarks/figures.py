@@ -71,7 +71,13 @@ def _machine(machine):
     if "cpu_family" in machine:  # the earliest runs did not record it
         isa = ", AVX-512" if machine["avx512"] else ""
         generation = f" (family {machine['cpu_family']} model {machine['cpu_model']}{isa})"
-    return f"{machine['cpu']}{generation}, {machine['cores']} cores{gpu}"
+    settings = machine.get("isa_settings", {})  # runs before 2026-11-29 did not record them
+    held = onednn = ""
+    if "ONEDNN_MAX_CPU_ISA" in settings:
+        held = f", held to {settings['ONEDNN_MAX_CPU_ISA']} (oneDNN, XLA, PyTorch)"
+    if "TF_ENABLE_ONEDNN_OPTS" in settings:
+        onednn = f", TF_ENABLE_ONEDNN_OPTS={settings['TF_ENABLE_ONEDNN_OPTS']}"
+    return f"{machine['cpu']}{generation}{held}{onednn}, {machine['cores']} cores{gpu}"
 
 
 def _load(results, name):
@@ -256,24 +262,34 @@ def cpu_training_region(results):
 
 # --- benchmarks.first_call
 
+FIRST_CALL_RUNS = ("first_call_cpu.json", "first_call_cpu_avx2.json", "first_call_cpu_avx2_onednn_off.json")
+
+
 def first_call_region(results):
-    """The first training call on Keras' own path by stage, beside a Keras AdamW instance and timm."""
-    data = _load(results, "first_call_cpu.json")
+    """The first training call on Keras' own path by stage, beside a Keras AdamW instance and timm: one table per
+    run (this CPU; held to AVX2; held to AVX2 with TensorFlow's oneDNN off, its own default there)."""
+    return "\n\n".join(_first_call_run(results, name) for name in FIRST_CALL_RUNS)
+
+
+def _first_call_run(results, name):
+    data = _load(results, name)
     stages = ("build_s", "trace_s", "first_run_s", "total_s", "steady_s")
     rows = []
     for result in data["results"]:
         for label, row in result["rows"].items():
             ratios = [run[label]["total_s"] / run["timm"]["total_s"] for run in result["runs"]]
+            speed = [run["timm"]["steady_s"] / run[label]["steady_s"] for run in result["runs"]]
             rows.append([result["variant"], label.replace("compile", "`compile") + "`" if label != "timm" else label]
                         + [_spread(row[stage], "{:.1f}") if stage in row else "-" for stage in stages]
-                        + [_spread({"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)})])
+                        + [_spread({"median": statistics.median(r), "min": min(r), "max": max(r)})
+                           for r in (ratios, speed)])
     gemm = ", ".join(f"{r['variant']} {_spread(r['numpy_gemm_gflops'], '{:.0f}')}" for r in data["results"])
     settings = data["settings"]
-    return (f"{_provenance('first_call_cpu.json', data)}; batch {settings['batch']}, {settings['image_size']} px, "
+    return (f"{_provenance(name, data)}; batch {settings['batch']}, {settings['image_size']} px, "
             f"{settings['threads']} threads, each row a fresh process, {settings['repeats']} of each, alternating; "
             f"seconds, median (min-max). numpy's GEMM in the same runs, GFLOP/s: {gemm}.\n\n"
             + _table(["variant", "run", "build", "trace", "first run", "build to first step", "steady step",
-                      "build to first step / timm's"], rows))
+                      "build to first step / timm's", "training speed / timm's"], rows))
 
 
 # --- benchmarks.export_latency
@@ -781,7 +797,7 @@ SOURCES = {
     "main-job": ("main_job_seeds.json",),
     "main-job-seeds": ("main_job_seeds.json",),
     "cpu-inference": ("suite_cpu.json",),
-    "first-call": ("first_call_cpu.json",),
+    "first-call": FIRST_CALL_RUNS,
     "cpu-training": ("suite_cpu.json",),
     "suite-cpu": ("suite_cpu.json",),
     "suite-cpu-jax": ("suite_cpu_jax.json",),

@@ -4,13 +4,14 @@ What a Keras user writes: `keras_vit.ViT_S16(weights=None)`, `compile("adamw", S
 with Keras' default `jit_compile` (the TF graph on a CPU), then `train_on_batch`. Stages: build (the model),
 compile, trace (until Keras' traced `train_step` returns), first run (the rest of the first `train_on_batch`:
 graph optimisation, executor set-up and the step itself), steady (a later step); total is build to the end of
-the first step. Beside it, the same with a `keras.optimizers.AdamW()` instance (Keras' own update, which an
-instance keeps) and timm's first training step in its own environment (`benchmarks.run.probe`). numpy's GEMM
+the first step. Beside it, the same with a `keras.optimizers.AdamW()` instance (which `compile` gives the fused
+update in place) and timm's first training step in its own environment (`benchmarks.run.probe`). numpy's GEMM
 rate is timed in the same run, before each variant's processes, so the figures can be read against the machine;
 the keras_vit rows also record each stage's CPU seconds (`cpu_s`), which others' load on a shared machine
 disturbs less than wall time.
 
-    python -m benchmarks.first_call [--variants=S/16,B/16] [--tiny] [--out=benchmarks/results/first_call_cpu.json]
+    python -m benchmarks.first_call [--variants=S/16,B/16] [--tiny] [--max_isa=AVX2]
+        [--out=benchmarks/results/first_call_cpu.json]
 """
 
 import json
@@ -28,6 +29,10 @@ _THREADS = flags.DEFINE_integer("threads", 2, "Intra-op threads of every process
 _STEADY_STEPS = flags.DEFINE_integer("steady_steps", 3, "Steps timed after the first (the median is reported).")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Fresh processes per row, the rows alternating; median (min-max).")
 _TINY = flags.DEFINE_bool("tiny", False, "A 1-layer model at 32 px: checks the machinery in seconds (tests).")
+_MAX_ISA = flags.DEFINE_enum(
+    "max_isa", None, ["AVX2"],
+    "Hold every framework to this instruction set (oneDNN, XLA and PyTorch's dispatch): an AVX2 CPU approximated on "
+    "an AVX-512 one. The JSON's machine records it.")
 _OUT = flags.DEFINE_string("out", "benchmarks/results/first_call_cpu.json", "Where to write the JSON.")
 _TIMM_PYTHON = flags.DEFINE_string("timm_python", None, "Python of timm's environment (default: made on first use).")
 _WORKER = flags.DEFINE_string("worker", None, "Internal: measure one variant in this process and print JSON.")
@@ -54,7 +59,7 @@ def worker(variant):
     import numpy as np
     import tensorflow as tf
 
-    import keras_vit
+    import keras_vit  # first, as docs/performance.md says: it turns TensorFlow's oneDNN kernels on before TF loads
 
     tf.config.threading.set_intra_op_parallelism_threads(_THREADS.value)
     image_size, num_layers = shape()
@@ -126,6 +131,8 @@ def main(argv):
     if _WORKER.value:
         worker(_WORKER.value)
         return
+    if _MAX_ISA.value:  # read by each framework as it loads: every process below inherits them
+        os.environ.update(common.isa_limits(_MAX_ISA.value))
     timm_python = run.environment_python("timm", _TIMM_PYTHON.value, run.ENVS_DIR)
     results = []
     for variant in _VARIANTS.value:
@@ -158,6 +165,9 @@ def summarize(variant, gemm, repeats):
         # Paired within each repeat.
         "total_vs_instance": common.summarize([r[fused]["total_s"] / r[instance]["total_s"] for r in repeats]),
         "total_vs_timm": common.summarize([r[fused]["total_s"] / r["timm"]["total_s"] for r in repeats]),
+        # Training speed, steady steps: timm's step time over keras_vit's (above 1: keras_vit trains faster).
+        "speed_vs_timm": {label: common.summarize([r["timm"]["steady_s"] / r[label]["steady_s"] for r in repeats])
+                          for label in (fused, instance)},
         "cpu_total_vs_instance": common.summarize([r[fused]["cpu_s"]["total_s"] / r[instance]["cpu_s"]["total_s"]
                                                    for r in repeats])}
 
@@ -174,7 +184,9 @@ def print_table(results):
     for result in results:
         print(f"{result['variant']}: first call (build to first step) {spread(result['total_vs_instance'])} x that "
               f"with a keras.optimizers.AdamW instance, {spread(result['total_vs_timm'])} x timm's; in CPU seconds "
-              f"{spread(result['cpu_total_vs_instance'])} x the instance's")
+              f"{spread(result['cpu_total_vs_instance'])} x the instance's; steady training speed "
+              + ", ".join(f"{label} {spread(ratio)}" for label, ratio in result["speed_vs_timm"].items())
+              + " x timm's")
 
 
 def spread(summary):
