@@ -1,7 +1,7 @@
 """TensorFlow's oneDNN CPU kernels on every x86 CPU, not only on those TensorFlow picks.
 
 TensorFlow turns them on by default only on x86 CPUs with AVX-512 VNNI, BF16 or AMX; an AVX2 CPU runs Eigen's
-kernels, and a ViT's training step there takes about 1.6x as long (BUILD.md). TensorFlow reads
+kernels, and a ViT's training step there takes 1.3-1.6x as long (docs/performance.md). TensorFlow reads
 `TF_ENABLE_ONEDNN_OPTS` once, as it loads, so `import keras_vit` sets it to 1 when TensorFlow is not loaded yet
 and the user has not chosen; a model's first training step on TensorFlow warns once where the kernels ended up
 off without the user's choice (TensorFlow imported before keras_vit).
@@ -37,7 +37,7 @@ def warn_if_off():
     _state["warned"] = True
     warnings.warn(
         f"TensorFlow's oneDNN CPU kernels are off on this CPU (TensorFlow turns them on only for AVX-512 VNNI, BF16 "
-        f"or AMX): a ViT trains about 1.6x faster with them. Set {VARIABLE}=1 in the environment, or import "
+        f"or AMX): a ViT trains 1.3-1.6x faster with them. Set {VARIABLE}=1 in the environment, or import "
         f"keras_vit before TensorFlow (and Keras) so that it sets it; set {VARIABLE}=0 to keep them off quietly.",
         UserWarning, stacklevel=3)
     return True
