@@ -69,3 +69,16 @@ def test_prefer_onednn_sets_only_an_unset_variable_before_tensorflow_loads(monke
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     monkeypatch.setitem(sys.modules, "tensorflow", object())  # loaded already: too late to choose
     assert not _onednn.prefer_onednn(environ := {}) and environ == {}
+
+
+def test_a_training_step_asks_tensorflow_once_per_process(monkeypatch):
+    # make_train_function runs on every train_on_batch: after the first look, nothing is asked again.
+    from keras_vit.layers import keras_internals
+
+    asked = []
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(_onednn, "_state", {"chosen": None, "looked": False})
+    monkeypatch.setattr(keras_internals, "tensorflow_onednn_enabled", lambda: asked.append(1) or False)
+    with pytest.warns(UserWarning, match="oneDNN CPU kernels are off"):
+        assert _onednn.warn_if_off()
+    assert not _onednn.warn_if_off() and len(asked) == 1
