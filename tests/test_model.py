@@ -17,11 +17,15 @@ def tiny(**kwargs):
     return keras_vit.ViT(**TINY, **kwargs)
 
 
-def count(builder, **kwargs):
-    """`builder(**kwargs).count_params()`, built without drawing its weights (a count needs only their shapes; drawing
-    H/14's 632M random weights took seconds): `keras.StatelessScope(initialize_variables=False)`."""
+def shapes_only(builder, **kwargs):
+    """`builder(**kwargs)` whose variables have shapes and no values (`StatelessScope(initialize_variables=False)`):
+    counts and names need nothing else, and drawing H/14's 632M random weights took seconds."""
     with keras.StatelessScope(initialize_variables=False):
-        return builder(**kwargs).count_params()
+        return builder(**kwargs)
+
+
+def count(builder, **kwargs):
+    return shapes_only(builder, **kwargs).count_params()
 
 
 def official_count(patch, width, mlp, layers, image=224, classes=1000, channels=3):
@@ -63,16 +67,14 @@ def test_gap_without_representation_count():
     ("ViT_B8", (8, 768, 3072, 12)), ("ViT_B32", (32, 768, 3072, 12)), ("ViT_L32", (32, 1024, 4096, 24)),
 ])
 def test_every_named_builder(builder, variant):
-    with keras.StatelessScope(initialize_variables=False):  # shapes and names only (`count`)
-        model = getattr(keras_vit, builder)()
+    model = shapes_only(getattr(keras_vit, builder))
     assert model.count_params() == official_count(*variant)
     assert model.name == builder.lower()
     assert getattr(keras_vit, builder).__doc__.startswith("Builds ViT-")
 
 
 def test_l16_at_384_for_10_classes():
-    with keras.StatelessScope(initialize_variables=False):  # shapes only (`count`)
-        model = keras_vit.ViT_L16(classes=10, image_size=384)
+    model = shapes_only(keras_vit.ViT_L16, classes=10, image_size=384)
     assert model.input_shape == (None, 384, 384, 3) and model.output_shape == (None, 10)
     assert model.get_layer("position_embedding").embedding.shape == (1, 577, 1024)
 
